@@ -1,0 +1,50 @@
+"""The FastAPI application over the services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api import problems
+from api.routes import agent, audit, jobs
+from api.scheduler import Scheduler
+from api.services import Services
+
+
+def create_app(services: Services, *, background: bool = True) -> FastAPI:
+    """Routes, problem handlers, and (with ``background``) the projector and scheduler."""
+    scheduler = Scheduler(services)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        services.projector.catch_up()
+        if background:
+            services.projector.start(services.settings.projection_interval_s)
+            scheduler.start()
+        try:
+            yield
+        finally:
+            scheduler.stop()
+            services.projector.stop()
+
+    app = FastAPI(
+        title="flexai control plane",
+        version="0.1.0",
+        summary="Training jobs from a git revision, with an append-only job ledger.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    app.state.scheduler = scheduler
+    problems.install(app)
+    app.include_router(jobs.router)
+    app.include_router(agent.router)
+    app.include_router(audit.router)
+
+    @app.get("/health", tags=["health"])
+    def health() -> dict[str, object]:
+        """Whether the server answers, and how far its views have read the ledger."""
+        return {"ok": True, "projection_position": services.projector.position()}
+
+    return app

@@ -1,0 +1,150 @@
+"""Agents' routes: register, heartbeat, assignments, reports, logs, checkpoints, outputs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+
+from api.deps import CurrentUser, ServicesDep
+from api.problems import Problem
+from api.schemas import (
+    Assignment,
+    Assignments,
+    CheckpointPublic,
+    NodeRegister,
+    NodeRegistered,
+    Report,
+    ReportAccepted,
+    Size,
+)
+from api.services import Services
+from domain.application import checkpoint_id as derive_checkpoint_id
+
+router = APIRouter(prefix="/v1/agent", tags=["agents"])
+JobId = Annotated[UUID, Path(description="the job's id")]
+
+
+def _require_job(services: Services, job_id: UUID) -> dict[str, object]:
+    document = services.queries.job(str(job_id))
+    if document is None:
+        raise Problem(404, "job-not-found", "Job not found", f"no job with id {job_id}")
+    return document
+
+
+@router.post("/nodes")
+def register_node(body: NodeRegister, services: ServicesDep, _: CurrentUser) -> NodeRegistered:
+    """Register a node (again): its name, accelerator count and type."""
+    node_id, outcome = services.jobs.register_node(body.name, body.accels, body.accel_type)
+    services.projector.wait(outcome.position)
+    services.state.heartbeat(node_id)
+    services.scheduler_wakeup.set()
+    return NodeRegistered(node_id=node_id, name=body.name)
+
+
+@router.post("/nodes/{node_id}/heartbeat")
+def heartbeat(node_id: str, services: ServicesDep, _: CurrentUser) -> dict[str, bool]:
+    """Tell the control plane the node is alive."""
+    services.jobs.node(node_id)
+    services.state.heartbeat(node_id)
+    return {"ok": True}
+
+
+@router.get("/nodes/{node_id}/assignments")
+def assignments(node_id: str, services: ServicesDep, _: CurrentUser) -> Assignments:
+    """The node's jobs that are building, enqueued, running or stopping."""
+    documents = services.queries.assignments(node_id)
+    return Assignments(
+        assignments=[
+            Assignment(
+                job_id=document["id"],
+                name=document["name"],
+                status=document["status"],
+                spec=document["spec"],
+                input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
+            )
+            for document in documents
+        ]
+    )
+
+
+@router.post("/jobs/{job_id}/reports")
+def report(job_id: JobId, body: Report, services: ServicesDep, _: CurrentUser) -> ReportAccepted:
+    """Record a build/run event of a job; a resend is acknowledged, not recorded twice."""
+    payload = body.model_dump()
+    if body.type == "exited" and body.exit_code is None:
+        raise Problem(422, "invalid-request", "Invalid report", "an exited report needs exit_code")
+    if body.type in ("build_failed", "failed") and not (body.code and body.message):
+        raise Problem(
+            422, "invalid-request", "Invalid report", f"a {body.type} report needs code and message"
+        )
+    if body.type == "stop_failed" and not body.message:
+        raise Problem(422, "invalid-request", "Invalid report", "a stop_failed report needs message")
+    outcome = services.jobs.report(job_id, body.node_id, payload)
+    services.projector.wait(outcome.position)
+    services.scheduler_wakeup.set()
+    document = _require_job(services, job_id)
+    return ReportAccepted(status=str(document["status"]))
+
+
+@router.post("/jobs/{job_id}/logs")
+async def ship_logs(job_id: JobId, offset: int, request: Request, services: ServicesDep,
+                    _: CurrentUser) -> Size:  # fmt: skip
+    """Append log bytes that start at ``offset`` (idempotent)."""
+    if offset < 0:
+        raise Problem(422, "invalid-request", "Invalid offset", "offset must be 0 or more")
+    await run_in_threadpool(_require_job, services, job_id)
+    data = await request.body()
+    size = await run_in_threadpool(services.artifacts.append_log, str(job_id), offset, data)
+    return Size(size=size)
+
+
+@router.put("/jobs/{job_id}/checkpoints/{checkpoint_name}")
+async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str, request: Request,
+                            services: ServicesDep, _: CurrentUser) -> CheckpointPublic:  # fmt: skip
+    """Store a checkpoint (a zip) and record it on the job's ledger."""
+    data = await request.body()
+    return await run_in_threadpool(
+        _store_checkpoint, services, job_id, checkpoint_name, node_id, data
+    )
+
+
+def _store_checkpoint(
+    services: Services, job_id: UUID, name: str, node_id: str, data: bytes
+) -> CheckpointPublic:
+    _require_job(services, job_id)
+    node_name = services.jobs.node(node_id).name
+    checkpoint_id = derive_checkpoint_id(job_id, name)
+    metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, data)
+    checkpoint = {"id": checkpoint_id, "name": name, "node": node_name, **metadata}
+    outcome = services.jobs.record_checkpoint(job_id, node_id, checkpoint)
+    services.projector.wait(outcome.position)
+    for row in services.queries.checkpoints(str(job_id)):
+        if row["id"] == checkpoint_id:
+            return CheckpointPublic.model_validate(row)
+    raise Problem(500, "internal-error", "Checkpoint not recorded", "retry the upload")
+
+
+@router.put("/jobs/{job_id}/outputs/{node_index}")
+async def upload_outputs(job_id: JobId, node_index: int, request: Request, services: ServicesDep,
+                         _: CurrentUser) -> Size:  # fmt: skip
+    """Store the output directory of one node of the job (a zip)."""
+    await run_in_threadpool(_require_job, services, job_id)
+    data = await request.body()
+    size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, data)
+    return Size(size=size)
+
+
+@router.get("/checkpoints/{checkpoint_id}", response_class=FileResponse)
+def download_checkpoint(checkpoint_id: str, services: ServicesDep, _: CurrentUser) -> FileResponse:
+    """A checkpoint's archive, for a job that starts from it."""
+    job_id = services.queries.checkpoint_job(checkpoint_id)
+    path = services.artifacts.checkpoint_path(job_id, checkpoint_id) if job_id else None
+    if path is None or not path.exists():
+        raise Problem(
+            404, "checkpoint-not-found", "Checkpoint not found", f"no checkpoint {checkpoint_id}"
+        )
+    return FileResponse(path, media_type="application/zip")

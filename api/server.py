@@ -1,0 +1,79 @@
+"""`flexai server`: the API, projection worker and scheduler in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "flexai" / "server"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="flexai server",
+        description="Run the control plane: REST API, projections and scheduler.",
+    )
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                        help="SQLite file, artifacts and the admin token (default: %(default)s)")
+    parser.add_argument("--database-url", default=None,
+                        help="postgresql://USER@HOST:PORT/DB; default: SQLite in the data dir")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--scheduling-patience", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a job waits for a live node before it is rejected")
+    parser.add_argument("--node-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="a node silent this long is offline")
+    parser.add_argument("--no-client-config", action="store_true",
+                        help="do not write the client config file")
+    return parser.parse_args(argv)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import uvicorn
+
+    from api.app import create_app
+    from api.services import build_services
+    from api.settings import Settings
+    from api.state import ensure_admin_token
+    from cli.config import ClientConfig, ConfigError, config_path, write_client_config
+
+    settings = Settings(
+        data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
+        scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
+        write_client_config=not args.no_client_config,
+    )  # fmt: skip
+    try:
+        services = build_services(settings)
+    except Exception as error:  # an unreachable database, a bad URL: say it in one line
+        print(f"error: cannot open storage ({settings.resolved_database_url}): {error}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    token, created = ensure_admin_token(services.state, settings.data_dir)
+    if created:
+        print(f"created the admin API token: {token}", flush=True)
+    if settings.write_client_config:
+        try:
+            path = write_client_config(ClientConfig(settings.public_url, token), config_path())
+            print(f"wrote the client config to {path}", flush=True)
+        except (OSError, ConfigError) as error:
+            print(f"warning: could not write the client config: {error}", file=sys.stderr)
+    print(f"flexai server listening on {settings.public_url} (storage: "
+          f"{'PostgreSQL' if args.database_url else 'SQLite in ' + str(settings.data_dir)})",
+          flush=True)  # fmt: skip
+    config = uvicorn.Config(
+        create_app(services), host=settings.host, port=settings.port, log_level="warning",
+        timeout_graceful_shutdown=3,
+    )  # fmt: skip
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        services.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Read-only queries over the views: what list, inspect, the scheduler and agents see."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from domain.model import ON_A_NODE, Status
+from projections.db import Database, Row
+
+SUMMARY_COLUMNS = (
+    "id, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
+)
+
+
+class Queries:
+    def __init__(self, database: Database) -> None:
+        self.database = database
+
+    def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+        with self.database.transaction() as cursor:
+            cursor.execute(sql, tuple(params))
+            return cursor.fetchall()
+
+    def _one(self, sql: str, params: Iterable[Any] = ()) -> Row | None:
+        rows = self._all(sql, params)
+        return rows[0] if rows else None
+
+    def list_jobs(self, owner: str) -> list[Row]:
+        """The owner's live jobs, newest first."""
+        return self._all(
+            f"SELECT {SUMMARY_COLUMNS} FROM job_list WHERE owner = ? AND deleted_at IS NULL "
+            "ORDER BY created_at DESC, id",
+            (owner,),
+        )
+
+    def job_by_name(self, owner: str, name: str) -> dict[str, Any] | None:
+        row = self._one(
+            "SELECT d.document FROM job_list l JOIN job_details d ON d.id = l.id "
+            "WHERE l.owner = ? AND l.name = ? AND l.deleted_at IS NULL",
+            (owner, name),
+        )
+        return json.loads(row["document"]) if row else None
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        row = self._one("SELECT document FROM job_details WHERE id = ?", (job_id,))
+        return json.loads(row["document"]) if row else None
+
+    def jobs_ever_named(self, owner: str, name: str) -> list[Row]:
+        """Every job that held ``name``, deleted ones included (for audit)."""
+        return self._all(
+            "SELECT id, name, status, created_at, deleted_at FROM job_list "
+            "WHERE owner = ? AND name = ? ORDER BY created_at",
+            (owner, name),
+        )
+
+    def jobs_in(self, statuses: Iterable[Status]) -> list[Row]:
+        wanted = [status.value for status in statuses]
+        marks = ", ".join("?" * len(wanted))
+        return self._all(
+            f"SELECT id, name, status, accels, nodes, node_id, updated_at FROM job_list "
+            f"WHERE status IN ({marks}) ORDER BY created_at",
+            wanted,
+        )
+
+    def assignments(self, node_id: str) -> list[dict[str, Any]]:
+        marks = ", ".join("?" * len(ON_A_NODE))
+        rows = self._all(
+            f"SELECT d.document FROM job_list l JOIN job_details d ON d.id = l.id "
+            f"WHERE l.node_id = ? AND l.status IN ({marks}) ORDER BY l.created_at",
+            [node_id, *(status.value for status in ON_A_NODE)],
+        )
+        return [json.loads(row["document"]) for row in rows]
+
+    def busy_accels(self) -> dict[str, int]:
+        """Accelerators each node holds for jobs on it (building jobs will need theirs)."""
+        marks = ", ".join("?" * len(ON_A_NODE))
+        rows = self._all(
+            f"SELECT node_id, SUM(accels) AS busy FROM job_list "
+            f"WHERE node_id IS NOT NULL AND status IN ({marks}) GROUP BY node_id",
+            [status.value for status in ON_A_NODE],
+        )
+        return {row["node_id"]: int(row["busy"]) for row in rows}
+
+    def nodes(self) -> list[Row]:
+        return self._all("SELECT id, name, accels, accel_type, registered_at FROM nodes")
+
+    def checkpoints(self, job_id: str) -> list[Row]:
+        return self._all(
+            "SELECT id, name, node, step, train_loss, eval_loss, model, version, "
+            "inference_ready, size, created_at FROM checkpoints WHERE job_id = ? "
+            "ORDER BY position",
+            (job_id,),
+        )
+
+    def checkpoint(self, owner: str, id_or_name: str) -> Row | None:
+        """A checkpoint of the owner's, by id or (the newest with that) name."""
+        return self._one(
+            "SELECT id, job_id, name FROM checkpoints WHERE owner = ? AND (id = ? OR name = ?) "
+            "ORDER BY CASE WHEN id = ? THEN 0 ELSE 1 END, position DESC",
+            (owner, id_or_name, id_or_name, id_or_name),
+        )
+
+    def checkpoint_job(self, checkpoint_id: str) -> str | None:
+        row = self._one("SELECT job_id FROM checkpoints WHERE id = ?", (checkpoint_id,))
+        return str(row["job_id"]) if row else None

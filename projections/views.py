@@ -1,0 +1,197 @@
+"""The view tables and how each ledger event changes them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from domain.model import EVENT_STATUS, TERMINAL, Status, event_facts, event_name
+from projections.db import Cursor
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS projection_tracking (
+        name TEXT PRIMARY KEY, position BIGINT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS job_list (
+        id TEXT PRIMARY KEY, owner TEXT NOT NULL, name TEXT NOT NULL, status TEXT NOT NULL,
+        accels BIGINT NOT NULL, nodes BIGINT NOT NULL, node TEXT, node_id TEXT,
+        created_at TEXT NOT NULL, started_at TEXT, ended_at TEXT, updated_at TEXT NOT NULL,
+        deleted_at TEXT, position BIGINT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS job_list_owner_name ON job_list (owner, name)",
+    "CREATE INDEX IF NOT EXISTS job_list_status ON job_list (status)",
+    """CREATE TABLE IF NOT EXISTS job_details (
+        id TEXT PRIMARY KEY, document TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        id TEXT PRIMARY KEY, job_id TEXT NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL,
+        node TEXT, size BIGINT, step BIGINT, train_loss DOUBLE PRECISION,
+        eval_loss DOUBLE PRECISION, model TEXT, version TEXT, inference_ready BIGINT NOT NULL,
+        created_at TEXT NOT NULL, position BIGINT NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS checkpoints_job ON checkpoints (job_id)",
+    """CREATE TABLE IF NOT EXISTS nodes (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, accels BIGINT NOT NULL,
+        accel_type TEXT NOT NULL, registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+]
+
+
+def create_tables(cursor: Cursor) -> None:
+    for statement in SCHEMA:
+        cursor.execute(statement)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def apply_event(cursor: Cursor, domain_event: Any, position: int) -> None:
+    """Change the views for one event; called once per event, inside the tracking transaction."""
+    topic = type(domain_event).__qualname__
+    if topic.startswith("TrainingJob."):
+        _apply_job_event(cursor, domain_event, position)
+    elif topic.startswith("Node."):
+        _apply_node_event(cursor, domain_event)
+
+
+def _apply_node_event(cursor: Cursor, domain_event: Any) -> None:
+    at = _iso(domain_event.timestamp)
+    node_id = str(domain_event.originator_id)
+    if event_name(domain_event) == "Registered":
+        cursor.execute(
+            "INSERT INTO nodes (id, name, accels, accel_type, registered_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (node_id, domain_event.name, domain_event.accels, domain_event.accel_type, at, at),
+        )
+    else:
+        cursor.execute(
+            "UPDATE nodes SET accels = ?, accel_type = ?, updated_at = ? WHERE id = ?",
+            (domain_event.accels, domain_event.accel_type, at, node_id),
+        )
+
+
+def _apply_job_event(cursor: Cursor, domain_event: Any, position: int) -> None:
+    name = event_name(domain_event)
+    job_id = str(domain_event.originator_id)
+    at = _iso(domain_event.timestamp)
+    if name == "Submitted":
+        document = _new_document(job_id, domain_event, at)
+    else:
+        cursor.execute("SELECT document FROM job_details WHERE id = ?", (job_id,))
+        row = cursor.fetchone()
+        if row is None:
+            return
+        document = json.loads(row["document"])
+    _fold(document, name, domain_event, at)
+    if name == "CheckpointRecorded":
+        _insert_checkpoint(cursor, document, domain_event.checkpoint, at, position)
+    _write(cursor, document, position)
+
+
+def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
+    return {
+        "id": job_id,
+        "name": submitted.name,
+        "owner": submitted.owner,
+        "spec": submitted.spec,
+        "status": Status.PENDING.value,
+        "accels": submitted.spec.get("accels", 1),
+        "nodes": submitted.spec.get("nodes", 1),
+        "node": None,
+        "node_id": None,
+        "commit": None,
+        "accelerators": [],
+        "created_at": at,
+        "updated_at": at,
+        "started_at": None,
+        "ended_at": None,
+        "deleted_at": None,
+        "failure": None,
+        "stop": None,
+        "history": [],
+    }
+
+
+def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> None:
+    facts = event_facts(domain_event)
+    status = EVENT_STATUS.get(name)
+    if status is not None:
+        document["status"] = status.value
+        if status in TERMINAL:
+            document["ended_at"] = at
+    if name == "NodeAssigned":
+        document["node"], document["node_id"] = facts["node_name"], facts["node_id"]
+    elif name == "Requeued":
+        document["node"] = document["node_id"] = None
+    elif name in ("Enqueued", "BuildFailed"):
+        document["commit"] = facts.get("commit") or document["commit"]
+    elif name == "Started":
+        document["commit"] = facts.get("commit") or document["commit"]
+        document["accelerators"] = facts.get("accelerators", [])
+        document["started_at"] = document["started_at"] or at
+    elif name in ("Rejected", "BuildFailed", "Failed", "StopFailed"):
+        document["failure"] = {"code": facts.get("code", "stop_failed"), "message": facts["message"]}
+    elif name == "StopRequested":
+        document["stop"] = {"requested_at": at, "from_status": facts["stopping_from"]}
+    elif name == "Stopped":
+        released = facts.get("accelerators_released", [])
+        document["stop"] = {
+            **(document["stop"] or {}),
+            "accelerators_allocated": bool(released),
+            "accelerators_released": released,
+        }
+        document["accelerators"] = []
+    elif name == "Deleted":
+        document["deleted_at"] = at
+    document["updated_at"] = at
+    document["history"].append(
+        {
+            "event": name,
+            "status": document["status"],
+            "at": at,
+            "by": domain_event.by,
+            "facts": _public_facts(name, facts),
+        }
+    )
+
+
+def _public_facts(name: str, facts: dict[str, Any]) -> dict[str, Any]:
+    if name == "Submitted":
+        return {}
+    if name == "CheckpointRecorded":
+        checkpoint = facts["checkpoint"]
+        return {key: checkpoint.get(key) for key in ("id", "name", "size", "step")}
+    return facts
+
+
+def _write(cursor: Cursor, document: dict[str, Any], position: int) -> None:
+    cursor.execute(
+        "INSERT INTO job_details (id, document) VALUES (?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET document = excluded.document",
+        (document["id"], json.dumps(document)),
+    )
+    columns = (
+        "id", "owner", "name", "status", "accels", "nodes", "node", "node_id", "created_at",
+        "started_at", "ended_at", "updated_at", "deleted_at",
+    )  # fmt: skip
+    values = [document[column] for column in columns] + [position]
+    updates = ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
+    cursor.execute(
+        f"INSERT INTO job_list ({', '.join(columns)}, position) "
+        f"VALUES ({', '.join('?' * (len(columns) + 1))}) "
+        f"ON CONFLICT (id) DO UPDATE SET {updates}, position = excluded.position",
+        values,
+    )
+
+
+def _insert_checkpoint(
+    cursor: Cursor, document: dict[str, Any], checkpoint: dict[str, Any], at: str, position: int
+) -> None:
+    cursor.execute(
+        "INSERT INTO checkpoints (id, job_id, owner, name, node, size, step, train_loss, "
+        "eval_loss, model, version, inference_ready, created_at, position) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        (
+            checkpoint["id"], document["id"], document["owner"], checkpoint["name"],
+            checkpoint.get("node"), checkpoint.get("size"), checkpoint.get("step"),
+            checkpoint.get("train_loss"), checkpoint.get("eval_loss"), checkpoint.get("model"),
+            checkpoint.get("version"), int(bool(checkpoint.get("inference_ready"))), at, position,
+        ),
+    )  # fmt: skip
