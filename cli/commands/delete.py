@@ -1,0 +1,26 @@
+"""Deletes a Training Job.
+
+Only a job in a terminal status (rejected, succeeded, failed, stopped, stop failed) can be
+deleted: stop a running job first. The job leaves the list, its name is free again, and its
+history stays in the ledger for audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from cli.commands import add_name
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_name(parser)
+
+
+def execute(args: argparse.Namespace) -> int:
+    from cli.client import ApiClient
+
+    with ApiClient.from_config() as client:
+        answer = client.delete_job(args.name)
+    name = answer.get("name", args.name)
+    print(f"Deleted training job {name}; the name {name} is free again.")
+    return 0

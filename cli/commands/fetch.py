@@ -1,0 +1,77 @@
+"""Fetches artifacts from a Training Job.
+
+Downloads everything the job's entry point wrote under FLEXAI_OUTPUT_DIR as `output_0.zip`
+(`_0` is the node index) into the current directory, or into --output-dir. The file appears
+only once it is complete; an existing file of that name is replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from cli.commands import add_name
+
+
+def _node_index(value: str) -> int:
+    try:
+        index = int(value)
+    except ValueError:
+        index = -1
+    if index < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 0, not {value!r}")
+    return index
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_name(parser)
+    parser.add_argument(
+        "--output-dir",
+        "-o",
+        metavar="DIR",
+        type=Path,
+        default=Path("."),
+        help="where to write the zip (default: the current directory)",
+    )
+    parser.add_argument(
+        "--node-index",
+        type=_node_index,
+        default=0,
+        metavar="INDEX",
+        help="whose output to fetch, for multi-node jobs (default: 0)",
+    )
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def execute(args: argparse.Namespace) -> int:
+    from cli.client import ApiClient
+    from cli.output import format_size
+
+    directory: Path = args.output_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    target = (directory / f"output_{args.node_index}.zip").resolve()
+    size = 0
+    with ApiClient.from_config() as client:
+        chunks = client.iter_output(args.name, args.node_index)
+        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for chunk in chunks:
+                    handle.write(chunk)
+                    size += len(chunk)
+            os.chmod(partial, 0o666 & ~_umask())
+            os.replace(partial, target)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+            raise
+    print(f"Downloaded {target} ({format_size(size)}, {size} bytes)")
+    return 0

@@ -1,0 +1,240 @@
+"""Starts a new Training Job.
+
+The job clones the repository at the given revision, installs its requirements into a fresh
+environment on a node that has the accelerators asked for, and runs the entry point given after
+`--`: a repository-relative `.py` file (run with the job's Python), `-m module ...`, or an
+executable, followed by its arguments.
+
+Inside the job FLEXAI_OUTPUT_DIR (fetched with `flexai training fetch`),
+FLEXAI_OUTPUT_CHECKPOINT_DIR (each file or directory written there becomes a checkpoint),
+FLEXAI_INPUT_CHECKPOINT_DIR (the --checkpoint) and FLEXAI_INPUT_DIR (the --dataset's) are set,
+with the --env and --secret variables and CUDA_VISIBLE_DEVICES.
+
+Example:
+  flexai training run my-job -u https://github.com/org/repo -a 2 -E LR=0.1 -- train.py --epochs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from cli.commands import add_json_flag
+from cli.errors import CliError, UsageError
+
+USAGE = "flexai training run NAME -u REPOSITORY_URL [options] -- ENTRY_POINT [ARGS ...]"
+NAME_RULE = (
+    "a name has 3 to 63 characters among letters, digits, '-' and '_', "
+    "and starts and ends with a letter or digit"
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,61}[A-Za-z0-9]$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCP_LIKE = re.compile(r"^[^/:]+:")  # git's `host:path` / `user@host:path` form
+MISSING_ENTRY_POINT = (
+    "the entry point is missing: put it after `--`, "
+    "e.g. `flexai training run NAME -u URL -- train.py --lr 0.1`"
+)
+
+
+# --- argv and values -----------------------------------------------------------------------
+
+
+def split_entry_point(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """Split at the first ``--``: the flags before it, the entry point and its args after.
+
+    The second part is ``None`` when there is no ``--`` at all.
+    """
+    if "--" not in argv:
+        return list(argv), None
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
+def job_name(value: str) -> str:
+    """An argparse type: a job name that follows the naming rule."""
+    if not _NAME.match(value):
+        raise argparse.ArgumentTypeError(f"invalid job name {value!r}: {NAME_RULE}")
+    return value
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {value!r}")
+    return number
+
+
+def env_assignment(value: str) -> tuple[str, str]:
+    """An argparse type: ``KEY=VALUE`` with an environment variable name as key."""
+    key, sep, rest = value.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {value!r}")
+    _check_env_name(key, value)
+    return key, rest
+
+
+def secret_assignment(value: str) -> tuple[str, str]:
+    """An argparse type: ``ENV_VAR=<secret name>``, both parts given."""
+    key, sep, secret = value.partition("=")
+    if not sep or not secret:
+        raise argparse.ArgumentTypeError(f"expected ENV_VAR=<secret name>, got {value!r}")
+    _check_env_name(key, value)
+    return key, secret
+
+
+def _check_env_name(key: str, value: str) -> None:
+    if not _ENV_NAME.match(key):
+        raise argparse.ArgumentTypeError(
+            f"{key!r} in {value!r} is not an environment variable name "
+            f"(letters, digits and '_', not starting with a digit)"
+        )
+
+
+def repository_url(value: str, cwd: Path | None = None) -> str:
+    """Remote and ``file://`` URLs as given; a local path made absolute (the agent on this
+    machine clones from there), after checking that it exists."""
+    if "://" in value or _SCP_LIKE.match(value):
+        return value
+    base = cwd or Path.cwd()
+    path = Path(os.path.expanduser(value))
+    absolute = Path(os.path.normpath(path if path.is_absolute() else base / path))
+    if not absolute.exists():
+        raise CliError(
+            f"the repository path {absolute} does not exist: give a git URL, a file:// URL, "
+            f"or the path of a local git repository"
+        )
+    return str(absolute)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.usage = USAGE
+    parser.add_argument("name", metavar="NAME", type=job_name, help=f"the job's name: {NAME_RULE}")
+    parser.add_argument(
+        "--repository-url",
+        "-u",
+        required=True,
+        metavar="URL",
+        help="the git repository: a remote URL, a file:// URL, or a local path",
+    )
+    parser.add_argument(
+        "--repository-revision",
+        metavar="REVISION",
+        help="branch, tag or commit (default: the default branch)",
+    )
+    parser.add_argument(
+        "--requirements-path",
+        metavar="PATH",
+        help="the requirements file, relative to the repository root (default: requirements.txt)",
+    )
+    parser.add_argument(
+        "--accels", "-a", type=positive_int, default=1, help="accelerators per node (default: 1)"
+    )
+    parser.add_argument(
+        "--nodes", "-n", type=positive_int, default=1, help="number of nodes (default: 1)"
+    )
+    parser.add_argument(
+        "--env",
+        "-E",
+        type=env_assignment,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable for the job (repeatable)",
+    )
+    parser.add_argument(
+        "--secret",
+        "-S",
+        type=secret_assignment,
+        action="append",
+        default=[],
+        metavar="ENV_VAR=SECRET",
+        help="an environment variable set from a named secret (repeatable)",
+    )
+    parser.add_argument(
+        "--dataset",
+        "-D",
+        action="append",
+        default=[],
+        metavar="DATASET",
+        help="a dataset mounted read-only under FLEXAI_INPUT_DIR/<dataset> (repeatable)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        "-C",
+        metavar="CHECKPOINT",
+        help="a checkpoint id or name, made available at FLEXAI_INPUT_CHECKPOINT_DIR",
+    )
+    add_json_flag(parser)
+
+
+def _unique_mapping(pairs: list[tuple[str, str]], flag: str) -> dict[str, str]:
+    mapping: dict[str, str] = {}
+    for key, value in pairs:
+        if key in mapping:
+            raise UsageError(f"{flag} {key} is given twice", prog="flexai training run")
+        mapping[key] = value
+    return mapping
+
+
+def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, Any]:
+    """The JobCreate body from the parsed flags; optional fields left unset are left out so
+    the server's defaults apply."""
+    entry_point = getattr(args, "entry_point", None)
+    if not entry_point:
+        raise UsageError(MISSING_ENTRY_POINT, prog="flexai training run")
+    env = _unique_mapping(args.env, "--env")
+    secrets = _unique_mapping(args.secret, "--secret")
+    both = sorted(set(env) & set(secrets))
+    if both:
+        raise UsageError(
+            f"{', '.join(both)} is given both with --env and --secret", prog="flexai training run"
+        )
+    if len(set(args.dataset)) != len(args.dataset):
+        raise UsageError("a --dataset is given twice", prog="flexai training run")
+    job: dict[str, Any] = {
+        "name": args.name,
+        "repository_url": repository_url(args.repository_url, cwd),
+        "accels": args.accels,
+        "nodes": args.nodes,
+        "env": env,
+        "secrets": secrets,
+        "datasets": list(args.dataset),
+        "entry_point": list(entry_point),
+    }
+    optional = {
+        "repository_revision": args.repository_revision,
+        "requirements_path": args.requirements_path,
+        "checkpoint": args.checkpoint,
+    }
+    job.update({key: value for key, value in optional.items() if value is not None})
+    return job
+
+
+def execute(args: argparse.Namespace) -> int:
+    job = build_job(args)
+
+    from cli.client import ApiClient
+    from cli.output import render_json
+
+    with ApiClient.from_config() as client:
+        created = client.create_job(job)
+    if args.json:
+        print(render_json(created))
+        return 0
+    name = created.get("name", job["name"])
+    out = sys.stdout
+    out.write(f"Training job {name} started: status {created.get('status', 'pending')}.\n")
+    out.write(f"Follow its logs:  flexai training logs {name} --follow\n")
+    out.write(f"Inspect it:       flexai training inspect {name}\n")
+    return 0

@@ -1,0 +1,196 @@
+"""The `flexai` entry point: `flexai training <subcommand>`, `flexai server`, `flexai agent`.
+
+Exit codes: 0 done; 1 the server refused or something went wrong (one `error: ` line on
+stderr); 2 the command line is wrong; 130 interrupted with Ctrl-C; 141 the reader of stdout went
+away (e.g. `| head`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, cast
+
+from cli.commands import TRAINING_COMMANDS, Command
+from cli.commands.run import split_entry_point
+from cli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CliError,
+    UsageError,
+)
+
+# `flexai server` and `flexai agent` hand the rest of the command line to these, imported only
+# when they run so that the CLI never pays for FastAPI or the agent's dependencies.
+EXTERNAL_COMMANDS = {
+    "server": ("api.server", "runs the control plane: the HTTP API, scheduler and projections"),
+    "agent": ("node_agent.main", "runs a node agent on a GPU host"),
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are raised, to be shown as one `error: ` line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, prog=self.prog)
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, reading the installed version only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"flexai {version()}")
+        parser.exit()
+
+
+def version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("flexai-control-plane")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _summary(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if doc else ""
+
+
+def _command(name: str) -> Command:
+    return cast(Command, importlib.import_module(f"cli.commands.{name}"))
+
+
+def build_parser() -> Parser:
+    """The whole `flexai` command line but `server` and `agent`, which parse their own."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = Parser(
+        prog="flexai",
+        description="An open-source control plane for ML training jobs.",
+        formatter_class=formatter,
+    )
+    parser.add_argument("--version", action=_VersionAction)
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    training = top.add_parser(
+        "training",
+        help="manage Training Jobs",
+        description="Manages Training Jobs: start them, follow their logs, inspect them, "
+        "download their output artifacts, stop and delete them.",
+        formatter_class=formatter,
+    )
+    training.set_defaults(help_parser=training)
+    for name, (_, summary) in EXTERNAL_COMMANDS.items():
+        top.add_parser(name, help=summary, add_help=False)
+    subcommands = training.add_subparsers(
+        dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser
+    )
+    for name in TRAINING_COMMANDS:
+        module = _command(name)
+        sub = subcommands.add_parser(
+            name,
+            help=_summary(module.__doc__),
+            description=(module.__doc__ or "").strip(),
+            formatter_class=formatter,
+        )
+        module.configure(sub)
+        sub.set_defaults(execute=module.execute)
+    return parser
+
+
+def _run_external(command: str, argv: list[str]) -> int:
+    module_name = EXTERNAL_COMMANDS[command][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            raise CliError(
+                f"`flexai {command}` is not available in this installation (no module {error.name})"
+            ) from error
+        raise
+    entry = cast(Callable[[list[str]], int], module.main)
+    return int(entry(argv) or 0)
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in EXTERNAL_COMMANDS:
+        return _run_external(argv[0], argv[1:])
+    head, entry_point = split_entry_point(argv)
+    parser = build_parser()
+    args = parser.parse_args(head)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if getattr(args, "subcommand", None) is None:
+        args.help_parser.print_help()
+        return EXIT_USAGE
+    if args.subcommand == "run":
+        args.entry_point = entry_point
+    elif entry_point is not None:
+        raise UsageError(
+            f"`flexai training {args.subcommand}` takes no arguments after `--`",
+            prog=f"flexai training {args.subcommand}",
+        )
+    execute = cast(Callable[[argparse.Namespace], int], args.execute)
+    return execute(args)
+
+
+def _error(message: str) -> None:
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one `flexai` command line and return its exit code."""
+    from cli.config import ConfigError
+
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(arguments)
+    except SystemExit as done:  # --help, --version, and `server`/`agent` that exit
+        code = done.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        _error(str(code))
+        return EXIT_ERROR
+    except CliError as error:
+        _error(str(error))
+        return error.exit_code
+    except ConfigError as error:
+        _error(str(error))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away: silence the flush at exit, and say so the usual way
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as error:
+        if os.environ.get("FLEXAI_DEBUG"):
+            raise
+        if _is_http_error(error):
+            _error(f"talking to the control plane failed: {error}")
+        else:
+            _error(
+                f"unexpected {type(error).__name__}: {error} "
+                f"(set FLEXAI_DEBUG=1 to see where it came from)"
+            )
+        return EXIT_ERROR
+
+
+def _is_http_error(error: Exception) -> bool:
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(error, httpx.HTTPError)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Everything the CLI prints for people: tables, the YAML-like inspect view, JSON.
+
+Only the standard library here, so that importing it costs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+EMPTY = "-"
+
+JOB_COLUMNS = ("NAME", "STATUS", "ACCELS", "NODES", "CREATED", "DURATION")
+CHECKPOINT_COLUMNS = (
+    "ID",
+    "NAME",
+    "NODE",
+    "STEP",
+    "TRAIN LOSS",
+    "EVAL LOSS",
+    "MODEL",
+    "VERSION",
+    "INFERENCE READY",
+    "TIMESTAMP",
+)
+
+
+# --- scalars -------------------------------------------------------------------------------
+
+
+def format_duration(seconds: float | int | None) -> str:
+    """``42s``, ``1m 05s``, ``2h 03m 04s``, ``3d 04h 05m``; ``-`` when unknown."""
+    if seconds is None:
+        return EMPTY
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h {minutes:02d}m"
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def format_timestamp(value: str | None) -> str:
+    """An ISO 8601 UTC timestamp shown in local time, to the second; ``-`` when absent."""
+    if not value:
+        return EMPTY
+    try:
+        moment = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_size(size: int | None) -> str:
+    """``512 B``, ``1.5 KiB``, ``12.3 MiB``."""
+    if size is None:
+        return EMPTY
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # pragma: no cover - the loop always returns
+
+
+def format_cell(value: Any) -> str:
+    """One table cell: ``-`` for nothing, ``yes``/``no`` for booleans, lists comma-joined."""
+    if value is None or value == "" or value == [] or value == {}:
+        return EMPTY
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(value, ".6g")
+    if isinstance(value, list | tuple):
+        return ",".join(format_cell(item) for item in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+def render_table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -> str:
+    """Columns aligned with two spaces between them, the header (if any) first."""
+    lines = [[format_cell(cell) for cell in row] for row in rows]
+    if headers is not None:
+        lines.insert(0, [str(header) for header in headers])
+    if not lines:
+        return ""
+    count = max(len(line) for line in lines)
+    widths = [max(len(line[i]) if i < len(line) else 0 for line in lines) for i in range(count)]
+    return "\n".join(
+        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines
+    )
+
+
+def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
+    """The ``list`` table, in the order the server gave (newest first)."""
+    rows = [
+        (
+            job.get("name"),
+            job.get("status"),
+            job.get("accels"),
+            job.get("nodes"),
+            format_timestamp(job.get("created_at")),
+            format_duration(job.get("duration_seconds")),
+        )
+        for job in jobs
+    ]
+    return render_table(JOB_COLUMNS, rows)
+
+
+def render_checkpoints_table(checkpoints: Sequence[Mapping[str, Any]]) -> str:
+    """The ``checkpoints`` table; empty cells are ``-``."""
+    rows = [
+        (
+            checkpoint.get("id"),
+            checkpoint.get("name"),
+            checkpoint.get("node"),
+            checkpoint.get("step"),
+            checkpoint.get("train_loss"),
+            checkpoint.get("eval_loss"),
+            checkpoint.get("model"),
+            checkpoint.get("version"),
+            checkpoint.get("inference_ready"),
+            format_timestamp(checkpoint.get("created_at")),
+        )
+        for checkpoint in checkpoints
+    ]
+    return render_table(CHECKPOINT_COLUMNS, rows)
+
+
+# --- YAML-like -----------------------------------------------------------------------------
+
+
+def _scalar(value: Any) -> str:
+    if value is None or value == [] or value == {}:
+        return EMPTY
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _yaml_lines(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(item, Mapping | list) and item:
+                lines.append(f"{pad}{key}:")
+                lines.extend(_yaml_lines(item, indent + 2))
+            elif isinstance(item, str) and "\n" in item:
+                lines.append(f"{pad}{key}: |")
+                lines.extend(f"{pad}  {line}" for line in item.splitlines())
+            else:
+                lines.append(f"{pad}{key}: {_scalar(item)}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, Mapping) and item:
+                nested = _yaml_lines(item, indent + 2)
+                lines.append(f"{pad}- {nested[0].lstrip()}")
+                lines.extend(nested[1:])
+            else:
+                lines.append(f"{pad}- {_scalar(item)}")
+    else:
+        lines.append(f"{pad}{_scalar(value)}")
+    return lines
+
+
+def render_yaml(data: Mapping[str, Any]) -> str:
+    """A YAML-like view of nested mappings and lists, for people rather than parsers."""
+    return "\n".join(_yaml_lines(data, 0))
+
+
+def _by(by: Any) -> str:
+    if isinstance(by, Mapping):
+        kind, who = by.get("kind"), by.get("id")
+        if kind and who and kind != who:
+            return f"{kind} {who}"
+        return str(who or kind or EMPTY)
+    return _scalar(by)
+
+
+def _facts(facts: Any) -> str:
+    if not isinstance(facts, Mapping):
+        return "" if facts is None else str(facts)
+    return " ".join(f"{key}={format_cell(value)}" for key, value in facts.items())
+
+
+def history_lines(history: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One aligned line per event: time, status, event, who, key facts."""
+    rows = [
+        (
+            format_timestamp(entry.get("at")),
+            entry.get("status"),
+            entry.get("event"),
+            f"by {_by(entry.get('by'))}",
+        )
+        for entry in history
+    ]
+    facts = [_facts(entry.get("facts")) for entry in history]
+    lines = render_table(None, rows).splitlines() if rows else []
+    width = max((len(line) for line in lines), default=0)
+    return [
+        f"{line.ljust(width)}  {fact}".rstrip() for line, fact in zip(lines, facts, strict=True)
+    ]
+
+
+def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a JobPublic answer, arranged for the ``inspect`` view."""
+    spec: Mapping[str, Any] = job.get("spec") or {}
+    entry_point = spec.get("entry_point")
+    if isinstance(entry_point, list):
+        entry_point = shlex.join(str(part) for part in entry_point)
+    detail: dict[str, Any] = {"name": job.get("name")}
+    if job.get("id"):
+        detail["id"] = job["id"]
+    detail["status"] = job.get("status")
+    detail["owner"] = job.get("owner")
+    failure = job.get("failure")
+    if failure:
+        detail["failure"] = {"code": failure.get("code"), "message": failure.get("message")}
+    stop = job.get("stop")
+    if stop:
+        detail["stop"] = {
+            "accelerators allocated": stop.get("accelerators_allocated"),
+            "reason": stop.get("reason"),
+        }
+    detail["spec"] = {
+        "repository": {
+            "url": spec.get("repository_url"),
+            "revision": spec.get("repository_revision") or "(default branch)",
+            "commit": job.get("commit"),
+        },
+        "requirements": spec.get("requirements_path"),
+        "accels": spec.get("accels", job.get("accels")),
+        "nodes": spec.get("nodes", job.get("nodes")),
+        "entry point": entry_point,
+        "env": dict(spec.get("env") or {}),
+        "secrets": dict(spec.get("secrets") or {}),
+        "datasets": list(spec.get("datasets") or []),
+        "checkpoint": spec.get("checkpoint"),
+    }
+    detail["node"] = job.get("node")
+    detail["accelerators"] = format_cell(job.get("accelerators"))
+    detail["timestamps"] = {
+        "created": format_timestamp(job.get("created_at")),
+        "started": format_timestamp(job.get("started_at")),
+        "ended": format_timestamp(job.get("ended_at")),
+        "updated": format_timestamp(job.get("updated_at")),
+        "duration": format_duration(job.get("duration_seconds")),
+    }
+    detail["history"] = history_lines(job.get("history") or [])
+    return detail
+
+
+def render_job(job: Mapping[str, Any]) -> str:
+    """The ``inspect`` view of a JobPublic answer."""
+    return render_yaml(job_detail(job))
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def render_json(data: Any) -> str:
+    """The server's answer as indented JSON, for scripts."""
+    return json.dumps(data, indent=2, ensure_ascii=False)

@@ -1,0 +1,407 @@
+"""The CLI against a tiny real HTTP server answering canned JSON: what users see."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import cli.client
+from cli.main import main
+
+PROBLEM = "application/problem+json"
+TOKEN = "test-token"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+
+Handler = Callable[[BaseHTTPRequestHandler, Seen], None]
+
+
+@dataclass
+class FakeControlPlane:
+    """Routes ``(method, path)`` to a canned answer or a handler; records every request."""
+
+    url: str = ""
+    routes: dict[tuple[str, str], Handler] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+
+    def answer(
+        self, method: str, path: str, status: int, body: Any, content_type: str | None = None
+    ) -> None:
+        if isinstance(body, bytes):
+            payload, kind = body, content_type or "application/octet-stream"
+        else:
+            payload = json.dumps(body).encode()
+            kind = content_type or (PROBLEM if status >= 400 else "application/json")
+
+        def handle(handler: BaseHTTPRequestHandler, _: Seen) -> None:
+            send(handler, status, kind, payload)
+
+        self.routes[(method, path)] = handle
+
+    def problem(self, method: str, path: str, status: int, slug: str, detail: str) -> None:
+        body = {
+            "type": f"https://flexai.dev/problems/{slug}",
+            "title": slug.replace("-", " ").capitalize(),
+            "status": status,
+            "detail": detail,
+        }
+        self.answer(method, path, status, body)
+
+
+def send(handler: BaseHTTPRequestHandler, status: int, kind: str, payload: bytes) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
+def handler_class(plane: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
+    class Answer(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            seen = Seen(
+                self.command,
+                parts.path,
+                parse_qs(parts.query),
+                dict(self.headers.items()),
+                self.rfile.read(length),
+            )
+            plane.seen.append(seen)
+            route = plane.routes.get((self.command, parts.path))
+            if route is None:
+                send(self, 404, PROBLEM, b'{"detail": "no such route in the fake"}')
+            else:
+                route(self, seen)
+
+        do_GET = do_POST = do_DELETE = _serve
+
+    return Answer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeControlPlane]:
+    fake = FakeControlPlane()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_class(fake))
+    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield fake
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def plane(
+    server: FakeControlPlane, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> FakeControlPlane:
+    """The fake control plane with no routes yet, and the CLI pointed at it."""
+    server.routes.clear()
+    server.seen.clear()
+    monkeypatch.setenv("FLEXAI_CONFIG", str(tmp_path / "absent-config.json"))
+    monkeypatch.setenv("FLEXAI_API_URL", server.url)
+    monkeypatch.setenv("FLEXAI_TOKEN", TOKEN)
+    monkeypatch.setattr(cli.client, "RETRY_DELAY", 0.01)
+    return server
+
+
+def job_public(name: str = "my-job", status: str = "pending", **extra: Any) -> dict[str, Any]:
+    job = {
+        "id": "j1", "name": name, "status": status, "accels": 1, "nodes": 1, "node": None,
+        "created_at": "2026-12-02T16:20:00+00:00", "started_at": None, "ended_at": None,
+        "duration_seconds": None, "owner": "admin", "spec": {}, "commit": None,
+        "accelerators": [], "updated_at": "2026-12-02T16:20:00+00:00", "failure": None,
+        "stop": None,
+        "history": [{"event": "Submitted", "status": "pending", "at": "2026-12-02T16:20:00+00:00",
+                     "by": {"kind": "user", "id": "admin"}, "facts": {}}],
+    }  # fmt: skip
+    job.update(extra)
+    return job
+
+
+def one_error_line(err: str) -> str:
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err.removeprefix("error: ").rstrip("\n")
+
+
+# --- run ---------------------------------------------------------------------------------
+
+
+def test_run_posts_the_job_with_the_token_and_says_how_to_follow_it(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("POST", "/v1/jobs", 201, job_public())
+    code = main(
+        ["training", "run", "my-job", "-u", str(tmp_path), "-E", "A=1", "--", "train.py", "-x"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Training job my-job started: status pending." in out
+    assert "flexai training logs my-job --follow" in out
+    [request] = plane.seen
+    assert request.headers["Authorization"] == f"Bearer {TOKEN}"
+    body = json.loads(request.body)
+    assert body["repository_url"] == str(tmp_path)
+    assert body["env"] == {"A": "1"}
+    assert body["entry_point"] == ["train.py", "-x"]
+
+
+def test_run_json_prints_the_job_public_answer(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("POST", "/v1/jobs", 201, job_public())
+    assert main(["training", "run", "my-job", "-u", str(tmp_path), "--json", "--", "t.py"]) == 0
+    assert json.loads(capsys.readouterr().out) == job_public()
+
+
+def test_a_problem_answer_becomes_one_error_line_with_its_detail(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    detail = "the name my-job is taken by a job that is not deleted; pick another name"
+    plane.problem("POST", "/v1/jobs", 409, "name-taken", detail)
+    code = main(["training", "run", "my-job", "-u", str(tmp_path), "--", "train.py"])
+    assert code == 1
+    assert one_error_line(capsys.readouterr().err) == detail
+
+
+def test_a_multiline_detail_is_still_one_line(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.problem("GET", "/v1/jobs/x-1", 404, "job-not-found", "no job named x-1;\nsee list")
+    assert main(["training", "inspect", "x-1"]) == 1
+    assert one_error_line(capsys.readouterr().err) == "no job named x-1; see list"
+
+
+def test_a_framework_validation_answer_names_the_field(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {"detail": [{"loc": ["body", "accels"], "msg": "Input should be >= 1"}]}
+    plane.answer("POST", "/v1/jobs", 422, body, content_type="application/json")
+    assert main(["training", "run", "my-job", "-u", str(tmp_path), "--", "t.py"]) == 1
+    assert one_error_line(capsys.readouterr().err) == "accels: Input should be >= 1"
+
+
+def test_an_answer_that_is_not_a_problem_shows_the_status(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("GET", "/v1/jobs", 502, b"<html>Bad gateway</html>", "text/html")
+    assert main(["training", "list"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("the control plane answered HTTP 502")
+
+
+def test_an_unreachable_server_says_to_start_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("FLEXAI_CONFIG", str(tmp_path / "absent.json"))
+    monkeypatch.setenv("FLEXAI_API_URL", url)
+    monkeypatch.setenv("FLEXAI_TOKEN", TOKEN)
+    assert main(["training", "list"]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        f"cannot reach the control plane at {url}: is `flexai server` running? (set FLEXAI_API_URL)"
+    )
+
+
+# --- list, inspect, checkpoints, stop, delete --------------------------------------------
+
+
+def test_list_prints_a_table_newest_first(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = [job_public("newer-job", "in progress", duration_seconds=65), job_public("old-job")]
+    plane.answer("GET", "/v1/jobs", 200, {"jobs": jobs, "count": 2})
+    assert main(["training", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "ACCELS", "NODES", "CREATED", "DURATION"]
+    assert lines[1].startswith("newer-job  in progress")
+    assert lines[1].endswith("1m 05s")
+    assert lines[2].startswith("old-job    pending")
+
+
+def test_list_of_nothing_says_how_to_start(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("GET", "/v1/jobs", 200, {"jobs": [], "count": 0})
+    assert main(["training", "list"]) == 0
+    assert "flexai training run" in capsys.readouterr().out
+
+
+def test_inspect_json_prints_the_server_answer_as_is(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = job_public(failure={"code": "node_lost", "message": "node gpu-1 stopped answering"})
+    plane.answer("GET", "/v1/jobs/my-job", 200, job)
+    assert main(["training", "inspect", "my-job", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == job
+
+
+def test_inspect_shows_the_failure(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = job_public(status="failed", failure={"code": "node_lost", "message": "gone"})
+    plane.answer("GET", "/v1/jobs/my-job", 200, job)
+    assert main(["training", "inspect", "my-job"]) == 0
+    assert "failure:\n  code: node_lost\n  message: gone\n" in capsys.readouterr().out
+
+
+def test_a_name_is_sent_as_one_path_segment(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["training", "inspect", "../audit"]) == 1
+    assert plane.seen[0].path == "/v1/jobs/..%2Faudit"
+
+
+def test_checkpoints_prints_the_table(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = {
+        "id": "c1", "name": "checkpoint-10", "node": "gpu-1", "step": 10, "train_loss": 1.5,
+        "eval_loss": None, "model": None, "version": None, "inference_ready": False,
+        "size": 12, "created_at": "2026-12-02T16:20:00+00:00",
+    }  # fmt: skip
+    plane.answer("GET", "/v1/jobs/my-job/checkpoints", 200, {"checkpoints": [checkpoint]})
+    assert main(["training", "checkpoints", "my-job"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.startswith("ID  NAME           NODE   STEP  TRAIN LOSS  EVAL LOSS  MODEL")
+    assert row.split()[:9] == ["c1", "checkpoint-10", "gpu-1", "10", "1.5", "-", "-", "-", "no"]
+
+
+def test_stop_prints_the_new_status(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("POST", "/v1/jobs/my-job/stop", 202, job_public(status="stop in progress"))
+    assert main(["training", "stop", "my-job"]) == 0
+    assert "status stop in progress" in capsys.readouterr().out
+
+
+def test_delete_says_the_name_is_free_again(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = {"id": "j1", "name": "my-job", "deleted_at": "2026-12-02T16:30:00+00:00"}
+    plane.answer("DELETE", "/v1/jobs/my-job", 200, answer)
+    assert main(["training", "delete", "my-job"]) == 0
+    assert "the name my-job is free again" in capsys.readouterr().out
+
+
+def test_deleting_a_running_job_shows_the_servers_advice(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    detail = "my-job is in progress; stop it first with `flexai training stop my-job`"
+    plane.problem("DELETE", "/v1/jobs/my-job", 409, "job-not-terminal", detail)
+    assert main(["training", "delete", "my-job"]) == 1
+    assert one_error_line(capsys.readouterr().err) == detail
+
+
+# --- logs --------------------------------------------------------------------------------
+
+
+def test_logs_write_the_bytes_as_they_are(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    raw = b"step 1 loss=0.5\n\xff\x00 not utf-8\r\nlast line without newline"
+    plane.answer("GET", "/v1/jobs/my-job/logs", 200, raw, "text/plain")
+    assert main(["training", "logs", "my-job"]) == 0
+    assert capsysbinary.readouterr().out == raw
+    assert plane.seen[0].query == {"offset": ["0"], "follow": ["false"]}
+
+
+def test_following_logs_resumes_at_the_byte_reached_after_a_dropped_connection(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if seen.query["offset"] == ["0"]:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/plain")
+            handler.send_header("Content-Length", "1000")  # promises more than it sends
+            handler.end_headers()
+            handler.wfile.write(b"line 1\n")
+            handler.close_connection = True
+        else:
+            send(handler, 200, "text/plain", b"line 2\n")
+
+    plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
+    assert main(["training", "logs", "my-job", "--follow"]) == 0
+    assert capsysbinary.readouterr().out == b"line 1\nline 2\n"
+    assert [s.query for s in plane.seen] == [
+        {"offset": ["0"], "follow": ["true"]},
+        {"offset": ["7"], "follow": ["true"]},
+    ]
+
+
+def test_logs_of_an_unknown_job_is_one_error_line(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.problem("GET", "/v1/jobs/nope/logs", 404, "job-not-found", "no job named nope")
+    assert main(["training", "logs", "nope", "-f"]) == 1
+    assert one_error_line(capsys.readouterr().err) == "no job named nope"
+
+
+# --- fetch -------------------------------------------------------------------------------
+
+
+def test_fetch_writes_output_0_zip_and_reports_it(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = b"PK\x03\x04" + bytes(range(256)) * 40
+    plane.answer("GET", "/v1/jobs/my-job/outputs/0", 200, archive, "application/zip")
+    target_dir = tmp_path / "out"
+    assert main(["training", "fetch", "my-job", "--output-dir", str(target_dir)]) == 0
+    target = target_dir / "output_0.zip"
+    assert target.read_bytes() == archive
+    assert sorted(p.name for p in target_dir.iterdir()) == ["output_0.zip"]
+    out = capsys.readouterr().out
+    assert str(target) in out and f"{len(archive)} bytes" in out
+
+
+def test_fetch_without_output_leaves_no_file(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.problem("GET", "/v1/jobs/my-job/outputs/0", 404, "not-found", "my-job has no output yet")
+    assert main(["training", "fetch", "my-job", "--output-dir", str(tmp_path)]) == 1
+    assert one_error_line(capsys.readouterr().err) == "my-job has no output yet"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_download_cut_short_leaves_no_half_file(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cut(handler: BaseHTTPRequestHandler, _: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/zip")
+        handler.send_header("Content-Length", "5000")
+        handler.end_headers()
+        handler.wfile.write(b"PK\x03\x04 partial")
+        handler.close_connection = True
+
+    plane.routes[("GET", "/v1/jobs/my-job/outputs/1")] = cut
+    code = main(["training", "fetch", "my-job", "--node-index", "1", "--output-dir", str(tmp_path)])
+    assert code == 1
+    assert one_error_line(capsys.readouterr().err).startswith("the connection to the control")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,237 @@
+"""What people read: durations, timestamps, tables and the YAML-like inspect view."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cli.output import (
+    format_duration,
+    format_size,
+    format_timestamp,
+    render_checkpoints_table,
+    render_job,
+    render_jobs_table,
+    render_table,
+    render_yaml,
+)
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC, so timestamps print the same on every machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "-"),
+        (0, "0s"),
+        (42.9, "42s"),
+        (65, "1m 05s"),
+        (600, "10m 00s"),
+        (3600 + 180 + 4, "1h 03m 04s"),
+        (2 * 86400 + 3 * 3600 + 5 * 60 + 9, "2d 03h 05m"),
+    ],
+)
+def test_durations_read_like_minutes_and_seconds(seconds: float | None, shown: str) -> None:
+    assert format_duration(seconds) == shown
+
+
+def test_timestamps_are_shown_in_local_time_to_the_second(utc: None) -> None:
+    assert format_timestamp("2026-12-02T16:20:00.123456+00:00") == "2026-12-02 16:20:00"
+    assert format_timestamp(None) == "-"
+
+
+def test_timestamps_follow_the_local_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        assert format_timestamp("2026-12-02T16:20:00+00:00") == "2026-12-02 21:50:00"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_sizes_use_binary_units() -> None:
+    assert [format_size(n) for n in (512, 1536, 5 * 1024 * 1024)] == [
+        "512 B",
+        "1.5 KiB",
+        "5.0 MiB",
+    ]
+
+
+def test_tables_align_columns_under_a_capitalised_header() -> None:
+    table = render_table(("NAME", "N"), [("a", 1), ("longer-name", None)])
+    assert table.splitlines() == [
+        "NAME         N",
+        "a            1",
+        "longer-name  -",
+    ]
+
+
+def test_the_jobs_table_keeps_the_server_order_and_shows_durations(utc: None) -> None:
+    jobs = [
+        {"name": "newest", "status": "in progress", "accels": 2, "nodes": 1,
+         "created_at": "2026-12-02T16:25:00+00:00", "duration_seconds": 65.2},
+        {"name": "older-job", "status": "pending", "accels": 1, "nodes": 1,
+         "created_at": "2026-12-02T16:20:00+00:00", "duration_seconds": None},
+    ]  # fmt: skip
+    assert render_jobs_table(jobs).splitlines() == [
+        "NAME       STATUS       ACCELS  NODES  CREATED              DURATION",
+        "newest     in progress  2       1      2026-12-02 16:25:00  1m 05s",
+        "older-job  pending      1       1      2026-12-02 16:20:00  -",
+    ]
+
+
+def test_checkpoint_cells_without_a_value_show_a_dash(utc: None) -> None:
+    checkpoints: list[dict[str, Any]] = [
+        {"id": "c1", "name": "checkpoint-100", "node": "gpu-1", "step": 100,
+         "train_loss": 0.51234567, "eval_loss": None, "model": "GPT2LMHeadModel",
+         "version": "4.46.0", "inference_ready": True, "size": 10,
+         "created_at": "2026-12-02T16:20:00+00:00"},
+        {"id": "c2", "name": "final", "node": None, "step": None, "train_loss": None,
+         "eval_loss": None, "model": None, "version": None, "inference_ready": False,
+         "size": 3, "created_at": "2026-12-02T16:21:00+00:00"},
+    ]  # fmt: skip
+    lines = render_checkpoints_table(checkpoints).splitlines()
+    assert lines[0].split("  ")[0] == "ID"
+    assert "TRAIN LOSS" in lines[0] and "INFERENCE READY" in lines[0]
+    assert lines[1].split() == [
+        "c1", "checkpoint-100", "gpu-1", "100", "0.512346", "-", "GPT2LMHeadModel",
+        "4.46.0", "yes", "2026-12-02", "16:20:00",
+    ]  # fmt: skip
+    assert lines[2].split() == ["c2", "final", "-", "-", "-", "-", "-", "-", "no",
+                                "2026-12-02", "16:21:00"]  # fmt: skip
+
+
+def test_yaml_like_renders_nesting_lists_and_multiline_text() -> None:
+    data = {"a": 1, "b": {"c": None, "d": [1, 2]}, "e": [], "f": "one\ntwo", "g": True}
+    text = render_yaml(data)
+    assert text.splitlines() == [
+        "a: 1",
+        "b:",
+        "  c: -",
+        "  d:",
+        "    - 1",
+        "    - 2",
+        "e: -",
+        "f: |",
+        "  one",
+        "  two",
+        "g: yes",
+    ]
+
+
+SAMPLE_JOB: dict[str, Any] = {
+    "id": "7d1f",
+    "name": "mnist-1",
+    "status": "failed",
+    "accels": 1,
+    "nodes": 1,
+    "node": "gpu-1",
+    "created_at": "2026-12-02T16:20:00+00:00",
+    "started_at": "2026-12-02T16:20:30+00:00",
+    "ended_at": "2026-12-02T16:21:35+00:00",
+    "duration_seconds": 65.0,
+    "owner": "admin",
+    "spec": {
+        "repository_url": "https://github.com/org/mnist",
+        "repository_revision": None,
+        "requirements_path": "requirements.txt",
+        "accels": 1,
+        "nodes": 1,
+        "env": {"LR": "0.1"},
+        "secrets": {"HF_TOKEN": "hf-token"},
+        "datasets": [],
+        "checkpoint": None,
+        "entry_point": ["train.py", "--note", "two words"],
+    },
+    "commit": "0a1b2c3",
+    "accelerators": [0],
+    "updated_at": "2026-12-02T16:21:35+00:00",
+    "failure": {"code": "entry_point_failed", "message": "the entry point exited with code 3"},
+    "stop": None,
+    "history": [
+        {"event": "Submitted", "status": "pending", "at": "2026-12-02T16:20:00+00:00",
+         "by": {"kind": "user", "id": "admin"}, "facts": {}},
+        {"event": "NodeAssigned", "status": "building", "at": "2026-12-02T16:20:01+00:00",
+         "by": {"kind": "scheduler", "id": "scheduler"}, "facts": {"node": "gpu-1"}},
+        {"event": "Started", "status": "in progress", "at": "2026-12-02T16:20:30+00:00",
+         "by": {"kind": "agent", "id": "gpu-1"},
+         "facts": {"commit": "0a1b2c3", "accelerators": [0]}},
+        {"event": "Failed", "status": "failed", "at": "2026-12-02T16:21:35+00:00",
+         "by": {"kind": "agent", "id": "gpu-1"},
+         "facts": {"code": "entry_point_failed", "exit_code": 3}},
+    ],
+}  # fmt: skip
+
+
+def test_inspect_view_shows_spec_failure_timestamps_and_history(utc: None) -> None:
+    text = render_job(SAMPLE_JOB)
+    assert text.splitlines() == [
+        "name: mnist-1",
+        "id: 7d1f",
+        "status: failed",
+        "owner: admin",
+        "failure:",
+        "  code: entry_point_failed",
+        "  message: the entry point exited with code 3",
+        "spec:",
+        "  repository:",
+        "    url: https://github.com/org/mnist",
+        "    revision: (default branch)",
+        "    commit: 0a1b2c3",
+        "  requirements: requirements.txt",
+        "  accels: 1",
+        "  nodes: 1",
+        "  entry point: train.py --note 'two words'",
+        "  env:",
+        "    LR: 0.1",
+        "  secrets:",
+        "    HF_TOKEN: hf-token",
+        "  datasets: -",
+        "  checkpoint: -",
+        "node: gpu-1",
+        "accelerators: 0",
+        "timestamps:",
+        "  created: 2026-12-02 16:20:00",
+        "  started: 2026-12-02 16:20:30",
+        "  ended: 2026-12-02 16:21:35",
+        "  updated: 2026-12-02 16:21:35",
+        "  duration: 1m 05s",
+        "history:",
+        "  - 2026-12-02 16:20:00  pending      Submitted     by user admin",
+        "  - 2026-12-02 16:20:01  building     NodeAssigned  by scheduler    node=gpu-1",
+        "  - 2026-12-02 16:20:30  in progress  Started       by agent gpu-1  "
+        "commit=0a1b2c3 accelerators=0",
+        "  - 2026-12-02 16:21:35  failed       Failed        by agent gpu-1  "
+        "code=entry_point_failed exit_code=3",
+    ]  # fmt: skip
+
+
+def test_inspect_view_tells_whether_a_stopped_job_had_accelerators(utc: None) -> None:
+    job = dict(SAMPLE_JOB, failure=None, status="stopped",
+               stop={"accelerators_allocated": False, "reason": None})  # fmt: skip
+    text = render_job(job)
+    assert "failure:" not in text
+    assert "stop:\n  accelerators allocated: no\n  reason: -" in text
+
+
+def test_inspect_view_survives_a_minimal_answer() -> None:
+    text = render_job({"name": "bare", "status": "pending", "history": []})
+    assert text.startswith("name: bare\nstatus: pending\nowner: -\n")
+    assert text.endswith("history: -")
+
+
+def test_tz_fixture_restores_the_environment() -> None:
+    assert os.environ.get("TZ") != "Asia/Kolkata"

@@ -1,0 +1,165 @@
+"""`flexai training run`: argv splitting, flag parsing and local validation."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from cli.commands.run import build_job, repository_url, split_entry_point
+from cli.errors import CliError, UsageError
+from cli.main import build_parser, main
+
+
+def parse_run(argv: list[str]) -> argparse.Namespace:
+    head, entry_point = split_entry_point(argv)
+    args = build_parser().parse_args(["training", "run", *head])
+    args.entry_point = entry_point
+    return args
+
+
+def test_argv_is_split_at_the_first_double_dash_only() -> None:
+    head, tail = split_entry_point(["job", "-u", "x", "--", "train.py", "--", "--lr", "0.1"])
+    assert head == ["job", "-u", "x"]
+    assert tail == ["train.py", "--", "--lr", "0.1"]
+
+
+def test_argv_without_double_dash_has_no_entry_point() -> None:
+    assert split_entry_point(["job", "-u", "x"]) == (["job", "-u", "x"], None)
+
+
+def test_entry_point_flags_are_not_taken_for_run_flags(tmp_path: Path) -> None:
+    args = parse_run(["my-job", "-u", str(tmp_path), "--", "-m", "pkg.train", "-a", "7"])
+    job = build_job(args)
+    assert job["entry_point"] == ["-m", "pkg.train", "-a", "7"]
+    assert job["accels"] == 1
+
+
+def test_repeatable_flags_are_collected_into_the_job(tmp_path: Path) -> None:
+    args = parse_run(
+        [
+            "my-job", "-u", str(tmp_path), "-a", "2", "-n", "3",
+            "-E", "LR=0.1", "--env", "EMPTY=", "-E", "EQ=a=b",
+            "-S", "HF_TOKEN=hf-secret", "--secret", "WANDB_KEY=wandb",
+            "-D", "mnist", "--dataset", "cifar", "-C", "ckpt-1",
+            "--repository-revision", "v1", "--requirements-path", "reqs/dev.txt",
+            "--", "train.py", "--epochs", "3",
+        ]
+    )  # fmt: skip
+    job = build_job(args)
+    assert job == {
+        "name": "my-job",
+        "repository_url": str(tmp_path),
+        "repository_revision": "v1",
+        "requirements_path": "reqs/dev.txt",
+        "accels": 2,
+        "nodes": 3,
+        "env": {"LR": "0.1", "EMPTY": "", "EQ": "a=b"},
+        "secrets": {"HF_TOKEN": "hf-secret", "WANDB_KEY": "wandb"},
+        "datasets": ["mnist", "cifar"],
+        "checkpoint": "ckpt-1",
+        "entry_point": ["train.py", "--epochs", "3"],
+    }
+
+
+def test_unset_optional_fields_are_left_for_the_server_to_default(tmp_path: Path) -> None:
+    job = build_job(parse_run(["my-job", "-u", str(tmp_path), "--", "train.py"]))
+    assert "repository_revision" not in job
+    assert "requirements_path" not in job
+    assert "checkpoint" not in job
+    assert (job["accels"], job["nodes"], job["env"], job["datasets"]) == (1, 1, {}, [])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("-E", "NOVALUE", "argument --env/-E: expected KEY=VALUE, got 'NOVALUE'"),
+        ("-E", "1BAD=x", "'1BAD' in '1BAD=x' is not an environment variable name"),
+        ("-S", "TOKEN=", "argument --secret/-S: expected ENV_VAR=<secret name>, got 'TOKEN='"),
+        ("-a", "0", "argument --accels/-a: must be a whole number of at least 1, not '0'"),
+        ("-n", "two", "argument --nodes/-n: must be a whole number of at least 1, not 'two'"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors_that_say_what_is_wrong(
+    flag: str, value: str, expected: str
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_run(["my-job", "-u", "x", flag, value, "--", "train.py"])
+    assert expected in str(caught.value)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["ab", "_leading", "trailing_", "has space", "dot.name", "é-accent", "x" * 64]
+)
+def test_names_breaking_the_rule_are_refused_with_the_rule(name: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_run([name, "-u", "x", "--", "train.py"])
+    message = str(caught.value)
+    assert f"invalid job name {name!r}" in message
+    assert "3 to 63 characters" in message
+    assert "starts and ends with a letter or digit" in message
+
+
+@pytest.mark.parametrize("name", ["abc", "a_b-c", "Job-2024", "9" * 63])
+def test_names_following_the_rule_are_accepted(name: str, tmp_path: Path) -> None:
+    assert build_job(parse_run([name, "-u", str(tmp_path), "--", "t.py"]))["name"] == name
+
+
+@pytest.mark.parametrize("argv_tail", [[], ["--"]])
+def test_a_missing_entry_point_says_to_put_it_after_double_dash(
+    argv_tail: list[str], tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        build_job(parse_run(["my-job", "-u", str(tmp_path), *argv_tail]))
+    assert "the entry point is missing: put it after `--`" in str(caught.value)
+
+
+def test_a_missing_entry_point_exits_2_with_one_error_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(["training", "run", "my-job", "-u", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: the entry point is missing")
+    assert err.count("\n") == 1
+
+
+def test_a_missing_repository_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["training", "run", "my-job", "--", "train.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the following arguments are required: --repository-url/-u")
+
+
+def test_the_same_env_var_twice_is_refused(tmp_path: Path) -> None:
+    args = parse_run(["my-job", "-u", str(tmp_path), "-E", "A=1", "-S", "A=s", "--", "t.py"])
+    with pytest.raises(UsageError, match="A is given both with --env and --secret"):
+        build_job(args)
+    args = parse_run(["my-job", "-u", str(tmp_path), "-E", "A=1", "-E", "A=2", "--", "t.py"])
+    with pytest.raises(UsageError, match="--env A is given twice"):
+        build_job(args)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/org/repo.git",
+        "file:///srv/repos/demo",
+        "git@github.com:org/repo.git",
+        "ssh://git@host/repo",
+    ],
+)
+def test_remote_and_file_urls_are_passed_as_given(url: str) -> None:
+    assert repository_url(url) == url
+
+
+def test_a_local_path_becomes_absolute(tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    assert repository_url("repo", cwd=tmp_path) == str(tmp_path / "repo")
+    assert repository_url("./repo/../repo", cwd=tmp_path) == str(tmp_path / "repo")
+
+
+def test_a_local_path_that_does_not_exist_is_refused_here(tmp_path: Path) -> None:
+    with pytest.raises(CliError, match="does not exist: give a git URL"):
+        repository_url("no-such-repo", cwd=tmp_path)
