@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api import problems
-from api.routes import agent, audit, jobs
+from api.routes import agent, audit, jobs, nodes
 from api.scheduler import Scheduler
 from api.services import Services
 
@@ -41,6 +41,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(agent.router)
     app.include_router(audit.router)
+    app.include_router(nodes.router)
 
     @app.get("/health", tags=["health"])
     def health() -> dict[str, object]:

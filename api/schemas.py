@@ -156,3 +156,17 @@ class ReportAccepted(BaseModel):
 
 class Size(BaseModel):
     size: int
+
+
+class NodePublic(BaseModel):
+    id: str
+    name: str
+    accels: int
+    accel_type: str
+    busy_accels: int
+    alive: bool
+    registered_at: str
+
+
+class NodesPublic(BaseModel):
+    nodes: list[NodePublic]

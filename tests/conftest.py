@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import pytest
 
-POSTGRES_ADMIN_URL = os.environ.get(
-    "FLEXAI_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-
-
-def _with_database(url: str, dbname: str) -> str:
-    return urlunparse(urlparse(url)._replace(path=f"/{dbname}"))
-
-
-def _admin(statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as connection:
-        connection.execute(statement)
+from tests.pg import fresh_database
 
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A fresh, empty PostgreSQL database, dropped afterwards."""
-    dbname = f"flexai_test_{uuid.uuid4().hex[:12]}"
-    _admin(f'CREATE DATABASE "{dbname}"')
-    try:
-        yield _with_database(POSTGRES_ADMIN_URL, dbname)
-    finally:
-        _admin(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

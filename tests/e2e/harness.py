@@ -1,0 +1,238 @@
+"""The end-to-end harness: a `flexai server` process and a `flexai agent` process on SQLite
+and on PostgreSQL, driven through the real `flexai` CLI and real git."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.pg import fresh_database
+
+FLEXAI = [sys.executable, "-m", "cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = {"rejected", "succeeded", "failed", "stopped", "stop failed"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Cluster:
+    """One server and one agent; ``flexai`` runs the CLI against them."""
+
+    root: Path
+    api_url: str
+    env: dict[str, str]
+    token: str
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def flexai(self, *args: str, check: bool = True, timeout: float = 120,
+               cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        result = subprocess.run(
+            [*FLEXAI, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+            cwd=cwd or self.root,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"flexai {' '.join(args)} exited {result.returncode}\n"
+                f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
+            )
+        return result
+
+    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.request(method, self.api_url + path, headers=headers, timeout=30, **kwargs)
+
+    def inspect(self, name: str) -> dict[str, Any]:
+        response = self.api("GET", f"/v1/jobs/{name}")
+        response.raise_for_status()
+        document: dict[str, Any] = response.json()
+        return document
+
+    def wait_for(self, name: str, statuses: set[str], timeout: float = 120) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            document = self.inspect(name)
+            if document["status"] in statuses:
+                return document
+            if document["status"] in TERMINAL or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"job {name} is {document['status']!r}, waited for {statuses}:\n"
+                    + json.dumps(document, indent=2)[-4000:]
+                    + "\nlogs:\n" + self.flexai("training", "logs", name, check=False).stdout[-3000:]
+                    + "\nagent log:\n" + self.log("agent")[-3000:]
+                )  # fmt: skip
+            time.sleep(0.1)
+
+    def log(self, part: str) -> str:
+        path = self.root / f"{part}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _start(cluster: Cluster, part: str, args: list[str], env: dict[str, str]) -> None:
+    log = (cluster.root / f"{part}.log").open("wb")
+    process = subprocess.Popen(
+        [*FLEXAI, *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cluster.root
+    )
+    cluster.processes.append(process)
+
+
+def _wait(condition: Callable[[], bool], what: str, cluster: Cluster, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.processes):
+            raise RuntimeError(
+                f"{what} did not happen\nserver log:\n{cluster.log('server')[-4000:]}"
+                f"\nagent log:\n{cluster.log('agent')[-4000:]}"
+            )
+        time.sleep(0.1)
+
+
+def start_cluster(root: Path, database_url: str | None, accels: int = 1) -> Cluster:
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ,
+        "FLEXAI_CONFIG": str(root / "config.json"),
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        # Tests never reach the internet: pip installs from local wheels only.
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(root / "wheels"),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+    env.pop("FLEXAI_API_URL", None)
+    env.pop("FLEXAI_TOKEN", None)
+    (root / "wheels").mkdir(exist_ok=True)
+    cluster = Cluster(root=root, api_url=f"http://127.0.0.1:{port}", env=env, token="")
+    server_args = ["server", "--data-dir", str(root / "data"), "--port", str(port),
+                   "--scheduling-patience", "5"]  # fmt: skip
+    if database_url:
+        server_args += ["--database-url", database_url]
+    _start(cluster, "server", server_args, env)
+    config = root / "config.json"
+
+    def ready() -> bool:
+        try:
+            return config.exists() and httpx.get(cluster.api_url + "/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    _wait(ready, "server start", cluster)
+    cluster.token = json.loads(config.read_text())["token"]
+    agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
+                  "--name", "test-node", "--work-dir", str(root / "agent")]  # fmt: skip
+    _start(cluster, "agent", agent_args, env)
+
+    def registered() -> bool:
+        nodes = cluster.api("GET", "/v1/nodes").json().get("nodes", [])
+        return any(node["name"] == "test-node" and node["alive"] for node in nodes)
+
+    _wait(registered, "agent registration", cluster)
+    return cluster
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:  # fmt: skip
+    root = tmp_path_factory.mktemp(f"cluster-{request.param}")
+    with ExitStack() as stack:
+        database_url = None
+        if request.param == "postgres":
+            database_url = stack.enter_context(fresh_database("flexai_e2e"))
+        cluster = start_cluster(root, database_url)
+        stack.callback(cluster.stop)
+        yield cluster
+
+
+def git(repo: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"},
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    """A real git repository holding ``files`` in one commit on branch main."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "training code")
+    return path
+
+
+@pytest.fixture
+def repo_factory(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
+    counter = iter(range(1000))
+
+    def factory(files: dict[str, str]) -> Path:
+        return make_repo(tmp_path / f"repo-{next(counter)}", files)
+
+    return factory
+
+
+@pytest.fixture
+def job_name(request: pytest.FixtureRequest) -> str:
+    """A name unique to the test, within the 63-character limit."""
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def build_wheel(directory: Path, name: str, version: str, module_source: str) -> Path:
+    """A real, minimal pure-Python wheel, so tests install dependencies without an index."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": module_source,
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
