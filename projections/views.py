@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -109,6 +110,66 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
     }
 
 
+def _node_assigned(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["node"], document["node_id"] = facts["node_name"], facts["node_id"]
+
+
+def _requeued(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["node"] = document["node_id"] = None
+
+
+def _built(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["commit"] = facts.get("commit") or document["commit"]
+
+
+def _started(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    _built(document, facts, at)
+    document["accelerators"] = facts.get("accelerators", [])
+    document["started_at"] = document["started_at"] or at
+
+
+def _failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["failure"] = {"code": facts.get("code", "stop_failed"), "message": facts["message"]}
+
+
+def _build_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    _built(document, facts, at)
+    _failed(document, facts, at)
+
+
+def _stop_requested(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["stop"] = {"requested_at": at, "from_status": facts["stopping_from"]}
+
+
+def _stopped(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    released = facts.get("accelerators_released", [])
+    document["stop"] = {
+        **(document["stop"] or {}),
+        "accelerators_allocated": bool(released),
+        "accelerators_released": released,
+    }
+    document["accelerators"] = []
+
+
+def _deleted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["deleted_at"] = at
+
+
+FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
+    "NodeAssigned": _node_assigned,
+    "Requeued": _requeued,
+    "Enqueued": _built,
+    "Started": _started,
+    "BuildFailed": _build_failed,
+    "Rejected": _failed,
+    "Failed": _failed,
+    "StopFailed": _failed,
+    "StopRequested": _stop_requested,
+    "Stopped": _stopped,
+    "Deleted": _deleted,
+}
+
+
 def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> None:
     facts = event_facts(domain_event)
     status = EVENT_STATUS.get(name)
@@ -116,30 +177,9 @@ def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> No
         document["status"] = status.value
         if status in TERMINAL:
             document["ended_at"] = at
-    if name == "NodeAssigned":
-        document["node"], document["node_id"] = facts["node_name"], facts["node_id"]
-    elif name == "Requeued":
-        document["node"] = document["node_id"] = None
-    elif name in ("Enqueued", "BuildFailed"):
-        document["commit"] = facts.get("commit") or document["commit"]
-    elif name == "Started":
-        document["commit"] = facts.get("commit") or document["commit"]
-        document["accelerators"] = facts.get("accelerators", [])
-        document["started_at"] = document["started_at"] or at
-    elif name in ("Rejected", "BuildFailed", "Failed", "StopFailed"):
-        document["failure"] = {"code": facts.get("code", "stop_failed"), "message": facts["message"]}
-    elif name == "StopRequested":
-        document["stop"] = {"requested_at": at, "from_status": facts["stopping_from"]}
-    elif name == "Stopped":
-        released = facts.get("accelerators_released", [])
-        document["stop"] = {
-            **(document["stop"] or {}),
-            "accelerators_allocated": bool(released),
-            "accelerators_released": released,
-        }
-        document["accelerators"] = []
-    elif name == "Deleted":
-        document["deleted_at"] = at
+    folder = FOLDERS.get(name)
+    if folder is not None:
+        folder(document, facts, at)
     document["updated_at"] = at
     document["history"].append(
         {
