@@ -105,7 +105,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         slug = "not-found" if error.status_code == 404 else "http-error"
-        problem = Problem(error.status_code, slug, str(error.detail), f"{error.detail}: {request.url.path}")
+        detail = f"{error.detail}: {request.url.path}"
+        problem = Problem(error.status_code, slug, str(error.detail), detail)
         return problem_response(problem, request)
 
     @app.exception_handler(Exception)

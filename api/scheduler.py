@@ -25,7 +25,7 @@ class Scheduler:
     def run_once(self) -> None:
         services = self.services
         for row in services.queries.jobs_in([Status.PENDING]):
-            self._try(lambda row=row: services.jobs.begin_scheduling(UUID(row["id"])))
+            self._try(services.jobs.begin_scheduling, UUID(row["id"]))
         services.projector.catch_up()
         waiting = services.queries.jobs_in([Status.SCHEDULING])
         if not waiting:
@@ -39,14 +39,13 @@ class Scheduler:
             )  # fmt: skip
             job_id = UUID(row["id"])
             if isinstance(decision, Assign):
-                if self._try(lambda: services.jobs.assign(job_id, decision.node_id,
-                                                           decision.node_name)):  # fmt: skip
+                if self._try(services.jobs.assign, job_id, decision.node_id, decision.node_name):
                     node = capacity[decision.node_id]
                     capacity[decision.node_id] = replace(
                         node, busy_accels=node.busy_accels + row["accels"]
                     )
             elif isinstance(decision, Reject):
-                self._try(lambda: services.jobs.reject(job_id, decision.code, decision.message))
+                self._try(services.jobs.reject, job_id, decision.code, decision.message)
         services.projector.catch_up()
 
     def _capacity(self) -> dict[str, NodeCapacity]:
@@ -62,10 +61,10 @@ class Scheduler:
         }
 
     @staticmethod
-    def _try(command: Callable[[], object]) -> bool:
+    def _try(command: Callable[..., object], *args: object) -> bool:
         """Run one command; another replica may have moved the job on already."""
         try:
-            command()
+            command(*args)
         except DomainError as error:
             log.info("scheduler skipped a job: %s", error)
             return False

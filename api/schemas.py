@@ -142,7 +142,9 @@ class Assignments(BaseModel):
 
 class Report(BaseModel):
     node_id: str
-    type: Literal["enqueued", "started", "build_failed", "exited", "failed", "stopped", "stop_failed"]
+    type: Literal[
+        "enqueued", "started", "build_failed", "exited", "failed", "stopped", "stop_failed"
+    ]
     commit: str | None = None
     accelerators: list[int] = Field(default_factory=list)
     exit_code: int | None = None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID, uuid5
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import RecordConflictError
 
 from domain.model import (
@@ -85,7 +85,7 @@ class TrainingJobs(Application[UUID]):
 
     def job(self, job_id: UUID) -> TrainingJob:
         try:
-            job = self.repository.get(job_id)
+            job: TrainingJob = self.repository.get(job_id)
         except AggregateNotFoundError:
             raise JobNotFound(f"with id {job_id}") from None
         if not isinstance(job, TrainingJob):
@@ -95,7 +95,7 @@ class TrainingJobs(Application[UUID]):
     def job_id_for(self, owner: str, name: str) -> UUID:
         """The live job that holds ``name`` for ``owner``."""
         try:
-            index = self.repository.get(JobName.create_id(owner, name))
+            index: JobName = self.repository.get(JobName.create_id(owner, name))
         except AggregateNotFoundError:
             raise JobNotFound(f"named '{name}'") from None
         if index.job_id is None:
@@ -118,6 +118,7 @@ class TrainingJobs(Application[UUID]):
         def run() -> Outcome:
             job = TrainingJob.submit(owner=owner, name=name, spec=spec, by=by)
             index_id = JobName.create_id(owner, name)
+            index: JobName
             try:
                 index = self.repository.get(index_id)
             except AggregateNotFoundError:
@@ -143,15 +144,15 @@ class TrainingJobs(Application[UUID]):
         def run() -> Outcome:
             job = self.job(job_id)
             job.delete(by=by)
-            index = self.repository.get(JobName.create_id(job.owner, job.name))
+            index: JobName = self.repository.get(JobName.create_id(job.owner, job.name))
             index.release(job.id)
             return self._save(job_id, job, index)
 
         return self._retrying(run)
 
-    def history(self, job_id: UUID) -> list[DomainEventProtocol[UUID]]:
+    def history(self, job_id: UUID) -> list[DomainEvent]:
         """Every event of the job, deleted or not, read from the ledger."""
-        events = list(self.events.get(job_id))
+        events = cast(list[DomainEvent], list(self.events.get(job_id)))
         if not events or not isinstance(self.job(job_id), TrainingJob):
             raise JobNotFound(f"with id {job_id}")
         return events
@@ -177,6 +178,7 @@ class TrainingJobs(Application[UUID]):
         node_id = Node.create_id(name)
 
         def run() -> Outcome:
+            node: Node
             try:
                 node = self.repository.get(node_id)
             except AggregateNotFoundError:
@@ -189,7 +191,7 @@ class TrainingJobs(Application[UUID]):
 
     def node(self, node_id: str) -> Node:
         try:
-            node = self.repository.get(UUID(node_id))
+            node: Node = self.repository.get(UUID(node_id))
         except (AggregateNotFoundError, ValueError):
             raise NodeNotFound(node_id) from None
         if not isinstance(node, Node):

@@ -227,6 +227,8 @@ class TrainingJob(Aggregate):
             self._succeeded(exit_code=0, by=by)
             return
         self._require(Status.FAILED)
+        if self.status != Status.IN_PROGRESS:  # building -> failed is a build failure only
+            raise IllegalTransition(self.name, self.status, Status.FAILED)
         message = f"the entry point exited with code {exit_code}"
         self._failed(code="entry_point_failed", message=message, exit_code=exit_code, by=by)
 

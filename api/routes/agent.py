@@ -82,7 +82,9 @@ def report(job_id: JobId, body: Report, services: ServicesDep, _: CurrentUser) -
             422, "invalid-request", "Invalid report", f"a {body.type} report needs code and message"
         )
     if body.type == "stop_failed" and not body.message:
-        raise Problem(422, "invalid-request", "Invalid report", "a stop_failed report needs message")
+        raise Problem(
+            422, "invalid-request", "Invalid report", "a stop_failed report needs message"
+        )
     outcome = services.jobs.report(job_id, body.node_id, payload)
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()

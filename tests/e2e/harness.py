@@ -12,8 +12,8 @@ import sys
 import textwrap
 import time
 import uuid
-from contextlib import ExitStack
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,8 @@ class Cluster:
                 raise AssertionError(
                     f"job {name} is {document['status']!r}, waited for {statuses}:\n"
                     + json.dumps(document, indent=2)[-4000:]
-                    + "\nlogs:\n" + self.flexai("training", "logs", name, check=False).stdout[-3000:]
+                    + "\nlogs:\n"
+                    + self.flexai("training", "logs", name, check=False).stdout[-3000:]
                     + "\nagent log:\n" + self.log("agent")[-3000:]
                 )  # fmt: skip
             time.sleep(0.1)

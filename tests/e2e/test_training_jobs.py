@@ -70,7 +70,8 @@ def test_a_job_runs_from_run_to_fetch_and_inspect_shows_each_status_with_its_tim
     assert inspected["commit"] and len(inspected["commit"]) == 40
     assert "devices 0 greeting hello" in logs
     assert "args --lr 0.1 dependency installed" in logs
-    assert logs.rstrip().endswith("training finished")
+    job_lines = [line for line in logs.splitlines() if not line.startswith(("[build]", "[agent]"))]
+    assert job_lines[-1] == "training finished"
 
     table = cluster.flexai("training", "checkpoints", job_name).stdout
     assert "checkpoint-20" in table and "TinyNet" in table
