@@ -1,0 +1,211 @@
+"""The node agent: registers the node, beats its heart, and follows its assignments.
+
+Two periodic tasks run until shutdown, each surviving its own errors: the heartbeat, and the
+poll of ``GET /v1/agent/nodes/{node_id}/assignments`` that starts a supervisor for each new job
+and passes on the user's stops. Each job lives in its own :class:`JobSupervisor` thread, so one
+job's build, logs or uploads never hold up another's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from node_agent.accelerators import AcceleratorPool
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
+from node_agent.reports import JobReporter
+from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
+
+log = logging.getLogger("flexai.agent")
+
+_MISSING_POLLS_BEFORE_ABORT = 2
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    name: str
+    accels: int
+    supervisor: SupervisorSettings
+    accel_type: str = "cpu"
+    poll_interval: float = 0.5
+    heartbeat_interval: float = 2.0
+
+
+class Agent:
+    def __init__(self, client: ControlPlaneClient, settings: AgentSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.pool = AcceleratorPool(settings.accels)
+        self.node_id = ""
+        self.supervisors: dict[str, JobSupervisor] = {}
+        self._finished: set[str] = set()  # jobs this agent has seen to their end
+        self._missing: dict[str, int] = {}  # polls in a row a supervised job was not listed
+        self._shutdown = threading.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def register(self, retry_for: float | None = None) -> str:
+        settings = self.settings
+        self.node_id = self.client.register(
+            settings.name, settings.accels, settings.accel_type, retry_for=retry_for
+        )
+        log.info(
+            "registered node %s (id %s) with %d accelerators of type %s",
+            settings.name,
+            self.node_id,
+            settings.accels,
+            settings.accel_type,
+        )
+        return self.node_id
+
+    def run(self) -> None:
+        """Heartbeat and poll until :meth:`request_shutdown`; then end every job's processes."""
+        heartbeat = threading.Thread(
+            target=self._every,
+            args=("heartbeat", self.settings.heartbeat_interval, self.heartbeat),
+            name="heartbeat",
+            daemon=True,
+        )
+        heartbeat.start()
+        try:
+            self._every("poll", self.settings.poll_interval, self.poll_once)
+        finally:
+            self.abort_jobs()
+            heartbeat.join(timeout=5)
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown.is_set()
+
+    def request_shutdown(self) -> None:
+        self._shutdown.set()
+        self.client.stop_retrying()
+
+    def abort_jobs(self) -> None:
+        """End every job's processes, reporting nothing (the agent is going away)."""
+        running = [s for s in self.supervisors.values() if s.is_alive()]
+        if running:
+            log.info("ending the processes of %d job(s)", len(running))
+        for supervisor in running:
+            supervisor.abort()
+        for supervisor in running:
+            supervisor.join(timeout=ABORT_GRACE + 15)
+            if supervisor.is_alive():
+                log.error("job %s: its processes may still be running", supervisor.job_id)
+
+    # -- periodic tasks ------------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        try:
+            self.client.heartbeat(self.node_id)
+        except ApiError as error:
+            self._register_again_if_unknown(error)
+            raise
+
+    def poll_once(self) -> None:
+        try:
+            assignments = self.client.assignments(self.node_id)
+        except ApiError as error:
+            self._register_again_if_unknown(error)
+            raise
+        self._reap_finished()
+        self.reconcile(assignments)
+
+    def reconcile(self, assignments: list[Assignment]) -> None:
+        """Bring this node in line with what the control plane says its jobs are."""
+        listed = {assignment.job_id for assignment in assignments}
+        for assignment in assignments:
+            if assignment.job_id in self._finished:
+                continue
+            supervisor = self.supervisors.get(assignment.job_id)
+            if supervisor is not None:
+                if assignment.status == STOP_IN_PROGRESS:
+                    supervisor.stop()
+            elif assignment.status in (BUILDING, ENQUEUED):
+                self._take(assignment)
+            elif assignment.status == STOP_IN_PROGRESS:
+                self._report_orphan(assignment, "stopped")
+            elif assignment.status == IN_PROGRESS:
+                self._report_orphan(assignment, "failed")
+        self._abort_unlisted(listed)
+        self._finished &= listed  # a job no longer listed will not be listed again
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _take(self, assignment: Assignment) -> None:
+        log.info("job %s (%s): taken", assignment.job_id, assignment.name)
+        supervisor = JobSupervisor(
+            assignment,
+            client=self.client,
+            node_id=self.node_id,
+            pool=self.pool,
+            settings=self.settings.supervisor,
+        )
+        self.supervisors[assignment.job_id] = supervisor
+        supervisor.start()
+
+    def _report_orphan(self, assignment: Assignment, kind: str) -> None:
+        """A job listed for this node that no supervisor here knows: the agent restarted."""
+        reporter = JobReporter(
+            self.client, self.node_id, assignment.job_id, give_up=_SET, retry_for=2.0
+        )
+        if kind == "stopped":
+            answer = reporter.stopped()
+        else:
+            answer = reporter.failed(
+                "node_lost", "the node agent restarted while the job ran; its processes are gone"
+            )
+        if answer.accepted or answer.status is not None:
+            log.info("job %s (%s): reported %s", assignment.job_id, assignment.name, kind)
+            self._finished.add(assignment.job_id)
+
+    def _reap_finished(self) -> None:
+        for job_id, supervisor in list(self.supervisors.items()):
+            if not supervisor.is_alive():
+                del self.supervisors[job_id]
+                self._missing.pop(job_id, None)
+                self._finished.add(job_id)
+                log.info("job %s: done", job_id)
+
+    def _abort_unlisted(self, listed: set[str]) -> None:
+        """A job that left the node's list (ended or moved elsewhere) must not keep running."""
+        for job_id, supervisor in self.supervisors.items():
+            if job_id in listed:
+                self._missing.pop(job_id, None)
+                continue
+            self._missing[job_id] = self._missing.get(job_id, 0) + 1
+            if self._missing[job_id] == _MISSING_POLLS_BEFORE_ABORT:
+                log.warning("job %s: no longer assigned to this node; ending it", job_id)
+                supervisor.abort(shutting_down=False)
+
+    def _register_again_if_unknown(self, error: ApiError) -> None:
+        if error.slug == "node-not-found":
+            log.warning("the control plane does not know this node any more; registering again")
+            self.register()
+
+    def _every(self, name: str, interval: float, task: Callable[[], None]) -> None:
+        failing = ""
+        while not self._shutdown.is_set():
+            started = time.monotonic()
+            try:
+                task()
+            except Exception as error:  # each task outlives its own errors
+                message = str(error) or type(error).__name__
+                if message != failing and isinstance(error, ApiError | ApiUnavailable | OSError):
+                    log.warning("%s failed: %s", name, message)
+                elif message != failing:
+                    log.exception("%s failed", name)
+                failing = message
+            else:
+                if failing:
+                    log.info("%s works again", name)
+                failing = ""
+            self._shutdown.wait(max(0.0, interval - (time.monotonic() - started)))
+
+
+_SET = threading.Event()
+_SET.set()

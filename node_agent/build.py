@@ -1,0 +1,273 @@
+"""Build one job's environment: git checkout, virtual environment, dependencies, inputs.
+
+Each step either succeeds or raises :class:`BuildFailed` with a failure code from the design
+and a message the user can act on. Everything git and pip print goes to ``log`` so the user
+sees it in ``flexai training logs``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import zipfile
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from node_agent.launch import EntryPointNotFound, resolve_entry_point
+from node_agent.models import JobDirs, JobSpec
+from node_agent.processes import run_command
+
+FetchCheckpoint = Callable[[str, Path], None]
+"""Save checkpoint ``id``'s zip at the given path; raise :class:`CheckpointMissing` if none."""
+
+
+class BuildFailed(Exception):
+    def __init__(self, code: str, message: str, commit: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.commit = commit
+
+
+class BuildCancelled(Exception):
+    """The job was asked to stop while it was building."""
+
+
+class CheckpointMissing(Exception):
+    """The control plane has no such checkpoint."""
+
+
+@dataclass(frozen=True)
+class BuiltJob:
+    commit: str
+    argv: tuple[str, ...]
+    """The entry point as the command line to run, from the repository root."""
+
+
+class JobBuild:
+    """The build of one job in its work directory; :meth:`run` does it all."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        dirs: JobDirs,
+        *,
+        log: Callable[[str], None],
+        cancel: threading.Event | None = None,
+        datasets_dir: Path | None = None,
+        input_checkpoint_id: str | None = None,
+        fetch_checkpoint: FetchCheckpoint | None = None,
+    ) -> None:
+        self.spec = spec
+        self.dirs = dirs
+        self.log = log
+        self.cancel = cancel or threading.Event()
+        self.datasets_dir = datasets_dir
+        self.input_checkpoint_id = input_checkpoint_id
+        self.fetch_checkpoint = fetch_checkpoint
+        self.commit: str | None = None
+
+    def run(self) -> BuiltJob:
+        self.refuse_secrets()
+        self.checkout()
+        requirements = self.find_requirements()
+        self.create_venv()
+        self.install(requirements)
+        self.link_datasets()
+        self.unpack_input_checkpoint()
+        try:
+            argv = resolve_entry_point(
+                self.spec.entry_point, self.dirs.repo, self.dirs.venv, self.spec.env
+            )
+        except EntryPointNotFound as error:
+            raise BuildFailed("entry_point_not_found", str(error), self.commit) from None
+        assert self.commit is not None
+        self.log(f"environment ready at commit {self.commit}")
+        return BuiltJob(commit=self.commit, argv=tuple(argv))
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def refuse_secrets(self) -> None:
+        if self.spec.secrets:
+            raise BuildFailed(
+                "secret_not_found",
+                "secrets are not available on this control plane yet; pass the value with --env",
+            )
+
+    def checkout(self) -> None:
+        url, revision = self.spec.repository_url, self.spec.repository_revision
+        self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
+        code, tail = self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
+        if code != 0:
+            raise BuildFailed(
+                "clone_failed",
+                f"cannot clone {url}: {tail or f'git exited with code {code}'}; "
+                "check --repository-url and that this node can read it",
+            )
+        commit = self._resolve(revision) if revision else self._rev_parse("HEAD")
+        if commit is None and not revision:
+            raise BuildFailed("clone_failed", f"{url} has no commit on its default branch")
+        if commit is None:
+            raise BuildFailed(
+                "revision_not_found",
+                f"revision '{revision}' not found in {url}, check --repository-revision",
+            )
+        code, tail = self._git(["checkout", "--quiet", "--detach", commit], cwd=self.dirs.repo)
+        if code != 0:
+            raise BuildFailed("clone_failed", f"cannot check out {commit} of {url}: {tail}")
+        self.commit = commit
+        self.log(f"checked out commit {commit}")
+
+    def find_requirements(self) -> Path:
+        relative = self.spec.requirements_path
+        repo = self.dirs.repo.resolve()
+        path = (repo / relative).resolve()
+        if not path.is_relative_to(repo) or not path.is_file():
+            raise BuildFailed(
+                "requirements_not_found",
+                f"requirements file '{relative}' not found at the repository root of revision "
+                f"{self.commit}; add it or pass --requirements-path",
+                self.commit,
+            )
+        return path
+
+    def create_venv(self) -> None:
+        self.log("creating the virtual environment")
+        code, tail = self._run(
+            [sys.executable, "-m", "venv", "--without-pip", str(self.dirs.venv)], self.dirs.root
+        )
+        if code != 0:
+            raise BuildFailed(
+                "dependency_install_failed",
+                f"cannot create the virtual environment: {tail}",
+                self.commit,
+            )
+
+    def install(self, requirements: Path) -> None:
+        if not has_requirements(requirements):
+            self.log(f"no requirements in {self.spec.requirements_path}, nothing to install")
+            return
+        self.log(f"installing {self.spec.requirements_path}")
+        pip = [sys.executable, "-m", "pip", "--python", str(self.dirs.venv_python), "install"]
+        argv = [*pip, "--disable-pip-version-check", "--no-input", "-r", str(requirements)]
+        code, tail = self._run(argv, self.dirs.repo)
+        if code != 0:
+            raise BuildFailed(
+                "dependency_install_failed",
+                f"dependency installation failed: {tail}",
+                self.commit,
+            )
+
+    def link_datasets(self) -> None:
+        for name in self.spec.datasets:
+            source = self._dataset_dir(name)
+            (self.dirs.input / name).symlink_to(source, target_is_directory=True)
+            self.log(f"dataset {name} mounted from {source}")
+
+    def unpack_input_checkpoint(self) -> None:
+        checkpoint_id = self.input_checkpoint_id
+        if not checkpoint_id:
+            return
+        archive = self.dirs.scratch / "input-checkpoint.zip"
+        try:
+            if self.fetch_checkpoint is None:
+                raise CheckpointMissing(checkpoint_id)
+            self.fetch_checkpoint(checkpoint_id, archive)
+            with zipfile.ZipFile(archive) as bundle:
+                bundle.extractall(self.dirs.input_checkpoint)
+        except (CheckpointMissing, zipfile.BadZipFile) as error:
+            raise BuildFailed(
+                "checkpoint_not_found",
+                f"checkpoint {checkpoint_id} could not be fetched from the control plane "
+                f"({error or 'not found'}); check --checkpoint",
+                self.commit,
+            ) from None
+        finally:
+            archive.unlink(missing_ok=True)
+        self.log(f"checkpoint {checkpoint_id} unpacked into {self.dirs.input_checkpoint}")
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _dataset_dir(self, name: str) -> Path:
+        where = self.datasets_dir
+        if where is not None and name not in ("", ".", "..") and "/" not in name:
+            candidate = where / name
+            if candidate.is_dir():
+                return candidate.resolve()
+        place = f"in {where}" if where is not None else "(this node has no datasets directory)"
+        raise BuildFailed(
+            "dataset_not_found",
+            f"dataset '{name}' not found on this node {place}; check --dataset, or start the "
+            "agent with --datasets-dir pointing at a directory that holds it",
+            self.commit,
+        )
+
+    def _resolve(self, revision: str) -> str | None:
+        if revision.startswith("-"):
+            return None
+        for candidate in (f"refs/remotes/origin/{revision}", f"refs/tags/{revision}", revision):
+            commit = self._rev_parse(candidate)
+            if commit:
+                return commit
+        return None
+
+    def _rev_parse(self, name: str) -> str | None:
+        lines: list[str] = []
+        code = run_command(
+            ["git", "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"],
+            cwd=self.dirs.repo,
+            env=_git_env(),
+            on_line=lines.append,
+            cancel=self.cancel,
+        )
+        if code is None:
+            raise BuildCancelled()
+        return lines[0].strip() if code == 0 and lines else None
+
+    def _git(self, args: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
+        return self._run(["git", *args], cwd or self.dirs.root, _git_env())
+
+    def _run(
+        self, argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """Run a build command, its output into the log; return its code and last lines."""
+        recent: deque[str] = deque(maxlen=40)
+
+        def on_line(line: str) -> None:
+            self.log(line)
+            if line.strip():
+                recent.append(line.strip())
+
+        code = run_command(
+            argv, cwd=cwd, env=env or dict(os.environ), on_line=on_line, cancel=self.cancel
+        )
+        if code is None:
+            raise BuildCancelled()
+        return code, _summary(recent)
+
+
+def has_requirements(path: Path) -> bool:
+    """Whether a requirements file names anything (comments and blank lines do not count)."""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.split("#", 1)[0].strip():
+            return True
+    return False
+
+
+def _summary(lines: deque[str], limit: int = 800) -> str:
+    """The lines that say what went wrong: pip's and git's ``ERROR``/``fatal`` lines if any."""
+    errors = [line for line in lines if line.startswith(("ERROR", "error:", "fatal:"))]
+    chosen = errors[-5:] if errors else list(lines)[-5:]
+    text = " ".join(chosen)
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GIT_TERMINAL_PROMPT"] = "0"  # a private repository fails instead of waiting for input
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    env["LC_ALL"] = "C"
+    return env

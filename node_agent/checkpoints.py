@@ -1,0 +1,167 @@
+"""Checkpoints: each direct child of ``output-checkpoint/`` becomes one, uploaded as a zip.
+
+While the job runs a child is uploaded once it has stopped changing (no file added, resized or
+touched) for ``stable_for`` seconds; when the job ends :meth:`CheckpointWatcher.finish`
+uploads whatever is left. Names starting with ``.`` or ``tmp-`` are work in progress (the
+Hugging Face trainer writes ``tmp-checkpoint-N`` and renames it) and are never uploaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+
+log = logging.getLogger("flexai.agent")
+
+Signature = tuple[int, int, int]
+
+
+def zip_tree(source: Path, archive: Path, *, compress: bool = True) -> None:
+    """Zip a directory's contents (paths relative to it), or one file under its own name."""
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(archive, "w", method, allowZip64=True) as bundle:
+        if not source.is_dir():
+            bundle.write(source, source.name)
+            return
+        for folder, subfolders, files in os.walk(source):
+            subfolders.sort()
+            here = Path(folder)
+            if here != source and not files and not subfolders:
+                bundle.write(here, here.relative_to(source).as_posix())  # keep empty folders
+            for name in sorted(files):
+                path = here / name
+                if path.is_file():
+                    bundle.write(path, path.relative_to(source).as_posix())
+
+
+def signature(path: Path) -> Signature:
+    """What changes whenever something is written under ``path``: count, bytes, newest mtime."""
+    if not path.is_dir():
+        stat = path.stat()
+        return (1, stat.st_size, stat.st_mtime_ns)
+    count, size, newest = 0, 0, path.stat().st_mtime_ns
+    for folder, _subfolders, files in os.walk(path):
+        newest = max(newest, os.stat(folder).st_mtime_ns)
+        for name in files:
+            try:
+                stat = os.stat(os.path.join(folder, name))
+            except OSError:
+                continue
+            count, size, newest = count + 1, size + stat.st_size, max(newest, stat.st_mtime_ns)
+    return (count, size, newest)
+
+
+class CheckpointWatcher:
+    """Watches one job's checkpoint directory and uploads each checkpoint once."""
+
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        job_id: str,
+        node_id: str,
+        directory: Path,
+        scratch: Path,
+        *,
+        stable_for: float = 1.0,
+        interval: float = 0.5,
+        on_upload: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.node_id = node_id
+        self.directory = directory
+        self.scratch = scratch
+        self.stable_for = stable_for
+        self.interval = interval
+        self.on_upload = on_upload
+        self.uploaded: list[str] = []
+        self._settled: set[str] = set()  # uploaded, or refused for good
+        self._seen: dict[str, tuple[Signature, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name=f"ckpt-{job_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop_watching(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def finish(self) -> None:
+        """Stop watching and upload every checkpoint not uploaded yet."""
+        self.stop_watching()
+        self.scan(final=True)
+
+    def scan(self, final: bool = False) -> None:
+        for child in self._candidates():
+            if final or self._is_stable(child):
+                self._upload(child, final)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.scan()
+            except Exception:  # the watcher must outlive any one bad scan
+                log.exception("job %s: checkpoint scan failed", self.job_id)
+
+    def _candidates(self) -> list[Path]:
+        try:
+            children = [
+                child
+                for child in self.directory.iterdir()
+                if child.name not in self._settled and not child.name.startswith((".", "tmp-"))
+            ]
+        except FileNotFoundError:
+            return []
+        return sorted(children, key=_mtime)
+
+    def _is_stable(self, child: Path) -> bool:
+        try:
+            current = signature(child)
+        except OSError:
+            return False
+        now = time.monotonic()
+        previous = self._seen.get(child.name)
+        if previous is None or previous[0] != current:
+            self._seen[child.name] = (current, now)
+            return False
+        empty_folder = child.is_dir() and current[0] == 0
+        return not empty_folder and now - previous[1] >= self.stable_for
+
+    def _upload(self, child: Path, final: bool) -> None:
+        name = child.name
+        archive = self.scratch / f"checkpoint-upload-{os.getpid()}-{threading.get_ident()}.zip"
+        try:
+            zip_tree(child, archive, compress=False)  # weights barely compress; speed wins
+            self.client.upload_checkpoint(self.job_id, name, self.node_id, archive)
+        except ApiUnavailable as error:
+            log.warning("job %s: checkpoint %s not uploaded yet: %s", self.job_id, name, error)
+            if final:
+                self._settled.add(name)
+            return
+        except (ApiError, OSError) as error:
+            log.error("job %s: checkpoint %s not uploaded: %s", self.job_id, name, error)
+            self._settled.add(name)
+            return
+        finally:
+            archive.unlink(missing_ok=True)
+        self._settled.add(name)
+        self.uploaded.append(name)
+        log.info("job %s: checkpoint %s uploaded", self.job_id, name)
+        if self.on_upload is not None:
+            self.on_upload(name)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

@@ -1,0 +1,215 @@
+"""The agent's one HTTP client for the control plane's ``/v1/agent`` routes.
+
+Every agent call is idempotent by design (a report already recorded answers 200 again, log bytes
+carry their offset, checkpoint and output uploads replace), so every call is retried with
+backoff on connection errors, timeouts and 5xx answers until its retry budget is spent.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from node_agent.models import Assignment
+
+DEFAULT_RETRY_FOR = 60.0
+_RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+class ApiError(Exception):
+    """The control plane answered with a problem (4xx) that a retry would not change."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        self.status = status
+        self.problem = dict(problem)
+        detail = problem.get("detail") or problem.get("title") or "no detail given"
+        super().__init__(f"{status} {self.slug or 'error'}: {detail}")
+
+    @property
+    def slug(self) -> str:
+        return str(self.problem.get("type", "")).rsplit("/", 1)[-1]
+
+
+class ApiUnavailable(Exception):
+    """The control plane could not be reached (or kept failing) for the whole retry budget."""
+
+
+class ControlPlaneClient:
+    """``/v1/agent/...`` over HTTP with a bearer token; safe to share between threads."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        *,
+        timeout: float = 30.0,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.retry_for = retry_for
+        self._closed = threading.Event()
+        self._http = httpx.Client(
+            base_url=self.api_url,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "flexai-agent"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def stop_retrying(self) -> None:
+        """Make every call in flight or to come give up instead of waiting (for shutdown)."""
+        self._closed.set()
+
+    def close(self) -> None:
+        """Release the connections; the client is unusable afterwards."""
+        self._closed.set()
+        self._http.close()
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def register(
+        self, name: str, accels: int, accel_type: str, *, retry_for: float | None = None
+    ) -> str:
+        """Register (or re-register) this node; return its node id."""
+        body = {"name": name, "accels": accels, "accel_type": accel_type}
+        answer = self._json("POST", "/v1/agent/nodes", json=body, retry_for=retry_for)
+        return str(answer["node_id"])
+
+    def heartbeat(self, node_id: str) -> None:
+        self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/heartbeat", json={}, retry_for=1.0)
+
+    def assignments(self, node_id: str) -> list[Assignment]:
+        answer = self._json("GET", f"/v1/agent/nodes/{_seg(node_id)}/assignments", retry_for=2.0)
+        return [Assignment.from_json(item) for item in answer.get("assignments", [])]
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def report(
+        self, job_id: str, report: Mapping[str, Any], *, retry_for: float | None = None
+    ) -> str:
+        """Send one report; return the job's status the control plane answers with."""
+        answer = self._json(
+            "POST",
+            f"/v1/agent/jobs/{_seg(job_id)}/reports",
+            json=dict(report),
+            retry_for=retry_for,
+        )
+        return str(answer.get("status", ""))
+
+    def append_logs(self, job_id: str, offset: int, data: bytes) -> int:
+        """Append ``data`` at ``offset``; return the size the control plane acknowledges."""
+        answer = self._json(
+            "POST",
+            f"/v1/agent/jobs/{_seg(job_id)}/logs",
+            params={"offset": offset},
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+            retry_for=5.0,
+        )
+        return int(answer.get("size", offset + len(data)))
+
+    def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
+        self._upload(
+            f"/v1/agent/jobs/{_seg(job_id)}/checkpoints/{_seg(name)}",
+            archive,
+            params={"node_id": node_id},
+        )
+
+    def upload_outputs(self, job_id: str, node_index: int, archive: Path) -> None:
+        self._upload(f"/v1/agent/jobs/{_seg(job_id)}/outputs/{node_index}", archive)
+
+    def download_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
+        """Save the checkpoint's zip at ``destination``."""
+
+        def attempt() -> httpx.Response:
+            with self._http.stream("GET", f"/v1/agent/checkpoints/{_seg(checkpoint_id)}") as got:
+                if got.status_code == 200:
+                    with destination.open("wb") as sink:
+                        for chunk in got.iter_bytes():
+                            sink.write(chunk)
+                else:
+                    got.read()
+                return got
+
+        self._with_retries(attempt, None)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _upload(self, path: str, archive: Path, params: Mapping[str, Any] | None = None) -> None:
+        def attempt() -> httpx.Response:
+            with archive.open("rb") as source:
+                return self._http.put(
+                    path,
+                    params=params,
+                    content=source,
+                    headers={
+                        "Content-Type": "application/zip",
+                        "Content-Length": str(archive.stat().st_size),
+                    },
+                )
+
+        self._with_retries(attempt, None)
+
+    def _json(
+        self, method: str, path: str, *, retry_for: float | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        response = self._with_retries(lambda: self._http.request(method, path, **kwargs), retry_for)
+        try:
+            answer = response.json()
+        except ValueError:
+            return {}
+        return answer if isinstance(answer, dict) else {}
+
+    def _with_retries(
+        self, attempt: Callable[[], httpx.Response], retry_for: float | None
+    ) -> httpx.Response:
+        budget = self.retry_for if retry_for is None else retry_for
+        deadline = time.monotonic() + budget
+        delay = 0.1
+        while True:
+            try:
+                response = attempt()
+            except (httpx.HTTPError, RuntimeError) as error:
+                if self._closed.is_set():
+                    raise ApiUnavailable(f"{self.api_url}: the agent is shutting down") from error
+                if not isinstance(error, httpx.HTTPError):
+                    raise
+                failure = f"cannot reach the control plane at {self.api_url} ({_describe(error)})"
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code not in _RETRYABLE_STATUS:
+                    raise ApiError(response.status_code, _problem(response))
+                failure = f"the control plane at {self.api_url} answered {response.status_code}"
+            if time.monotonic() + delay > deadline or self._closed.is_set():
+                raise ApiUnavailable(failure)
+            self._closed.wait(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _seg(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    return {"title": response.reason_phrase, "detail": response.text[:500]}
+
+
+def _describe(error: httpx.HTTPError) -> str:
+    if isinstance(error, httpx.ConnectError):
+        return "connection refused or host unknown"
+    if isinstance(error, httpx.TimeoutException):
+        return "timed out"
+    return str(error) or type(error).__name__

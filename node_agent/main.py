@@ -1,0 +1,251 @@
+"""``flexai agent``: run this host's node agent in the foreground until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from cli.config import ConfigError, load_client_config
+from node_agent.accelerators import detect_gpus
+from node_agent.agent import Agent, AgentSettings
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.supervisor import SupervisorSettings
+
+log = logging.getLogger("flexai.agent")
+
+DEFAULT_WORK_DIR = Path("~/.local/share/flexai/agent")
+
+
+class AgentError(Exception):
+    """An expected failure: one line on stderr, exit code 1."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flexai agent",
+        description="Run a node agent: offer this host's accelerators to the control plane "
+        "and run the training jobs it assigns here.",
+    )
+    add = parser.add_argument
+    add("--server", metavar="URL", help="the control plane's URL (default: the client config)")
+    add("--token", help="the API token (default: FLEXAI_TOKEN or the client config)")
+    add("--accels", type=_count, metavar="N", help="accelerators to offer (default: the GPUs)")
+    add("--accel-type", metavar="NAME", help='their type (default: the GPU model, else "cpu")')
+    add("--name", metavar="NODE", default=socket.gethostname(), help="node name (the hostname)")
+    add(
+        "--work-dir",
+        type=Path,
+        default=DEFAULT_WORK_DIR,
+        metavar="DIR",
+        help="where jobs are built and run (~/.local/share/flexai/agent)",
+    )
+    add(
+        "--datasets-dir",
+        type=Path,
+        metavar="DIR",
+        help="the datasets jobs may ask for, one directory each (<work-dir>/datasets)",
+    )
+    add(
+        "--poll-interval",
+        type=_seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="how often to ask for this node's jobs (0.5)",
+    )
+    add(
+        "--heartbeat-interval",
+        type=_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to tell the control plane this node is alive (2)",
+    )
+    add(
+        "--stop-grace",
+        type=_grace,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL when a job is stopped (10)",
+    )
+    add(
+        "--connect-timeout",
+        type=_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to try reaching the control plane at start (10)",
+    )
+    add(
+        "--keep-job-dirs",
+        action="store_true",
+        help="keep each finished job's repo, venv and outputs (default: only its job.log)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent; return the process exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    with _stderr_logging():
+        try:
+            return _run(args)
+        except AgentError as error:
+            print(f"flexai agent: error: {error}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        config = load_client_config(args.server, args.token)
+    except ConfigError as error:
+        raise AgentError(f"{error} (or pass --server and --token)") from None
+    if shutil.which("git") is None:
+        raise AgentError("git is not installed on this host; install it to build jobs")
+    settings = _settings(args)
+    with _exclusive(settings.supervisor.work_dir):
+        client = ControlPlaneClient(config.api_url, config.token)
+        agent = Agent(client, settings)
+        with _shutdown_on_signals(agent), _closing(client):
+            try:
+                agent.register(retry_for=args.connect_timeout)
+            except ApiUnavailable as error:
+                if agent.shutting_down:
+                    return 0
+                raise AgentError(
+                    f"{error}; tried for {args.connect_timeout:g} s. Is the server running "
+                    "there? Check --server"
+                ) from None
+            except ApiError as error:
+                if error.status in (401, 403):
+                    raise AgentError(
+                        f"the control plane refused the token ({error}); check --token"
+                    ) from None
+                raise AgentError(f"registration refused: {error}") from None
+            agent.run()
+    log.info("agent stopped")
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> AgentSettings:
+    gpus = detect_gpus() if args.accels is None or args.accel_type is None else []
+    accels = args.accels if args.accels is not None else len(gpus)
+    if not accels:
+        raise AgentError("no GPU found on this host; pass --accels N (the job slots to offer)")
+    work_dir = args.work_dir.expanduser().resolve()
+    datasets_dir = args.datasets_dir or work_dir / "datasets"
+    return AgentSettings(
+        name=args.name,
+        accels=accels,
+        accel_type=args.accel_type or (gpus[0] if gpus else "cpu"),
+        poll_interval=args.poll_interval,
+        heartbeat_interval=args.heartbeat_interval,
+        supervisor=SupervisorSettings(
+            work_dir=work_dir,
+            datasets_dir=datasets_dir.expanduser().resolve(),
+            stop_grace=args.stop_grace,
+            keep_job_dirs=args.keep_job_dirs,
+        ),
+    )
+
+
+@contextmanager
+def _exclusive(work_dir: Path) -> Iterator[None]:
+    """Hold the work directory's lock: two agents in one directory would trample each other."""
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        handle: IO[str] = (work_dir / "agent.lock").open("w")
+    except OSError as error:
+        raise AgentError(f"cannot use the work directory {work_dir}: {error}") from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AgentError(
+                f"another agent is running with the work directory {work_dir}; "
+                "give each agent its own --work-dir"
+            ) from None
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        yield
+
+
+@contextmanager
+def _shutdown_on_signals(agent: Agent) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("%s received, shutting down", signal.Signals(signum).name)
+        agent.request_shutdown()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _stderr_logging() -> Iterator[None]:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s flexai agent: %(message)s", "%Y-%m-%d %H:%M:%S")
+    )
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+
+
+@contextmanager
+def _closing(client: ControlPlaneClient) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        client.close()
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of 1 or more, got {text!r}")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
+def _grace(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None

@@ -1,0 +1,82 @@
+"""Reports about one job to the control plane (the Report types of ``docs/design.md``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+
+log = logging.getLogger("flexai.agent")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """``accepted``: the report was recorded; ``status``: the job's status after it (or now)."""
+
+    accepted: bool
+    status: str | None
+
+
+class JobReporter:
+    """Sends one job's reports; keeps retrying while the control plane is unreachable,
+    until ``give_up`` is set (a reporter built with ``give_up`` already set tries once)."""
+
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        node_id: str,
+        job_id: str,
+        give_up: threading.Event | None = None,
+        retry_for: float | None = None,
+    ) -> None:
+        self.client = client
+        self.node_id = node_id
+        self.job_id = job_id
+        self.give_up = give_up or threading.Event()
+        self.retry_for = retry_for
+
+    def enqueued(self, commit: str) -> Answer:
+        return self.send("enqueued", commit=commit)
+
+    def started(self, commit: str, accelerators: Sequence[int]) -> Answer:
+        return self.send("started", commit=commit, accelerators=list(accelerators))
+
+    def build_failed(self, code: str, message: str, commit: str | None) -> Answer:
+        return self.send("build_failed", code=code, message=message, commit=commit)
+
+    def exited(self, exit_code: int) -> Answer:
+        return self.send("exited", exit_code=exit_code)
+
+    def failed(self, code: str, message: str) -> Answer:
+        return self.send("failed", code=code, message=message)
+
+    def stopped(self) -> Answer:
+        return self.send("stopped")
+
+    def stop_failed(self, message: str) -> Answer:
+        return self.send("stop_failed", message=message)
+
+    def send(self, kind: str, **facts: Any) -> Answer:
+        report = {"node_id": self.node_id, "type": kind, **facts}
+        while True:
+            try:
+                status = self.client.report(self.job_id, report, retry_for=self.retry_for)
+            except ApiUnavailable as error:
+                if self.give_up.is_set():
+                    log.warning("job %s: report %s not sent: %s", self.job_id, kind, error)
+                    return Answer(False, None)
+                log.warning(
+                    "job %s: report %s not sent yet, retrying: %s", self.job_id, kind, error
+                )
+                self.give_up.wait(1.0)
+                continue
+            except ApiError as error:
+                current = error.problem.get("current_status")
+                log.warning("job %s: report %s refused: %s", self.job_id, kind, error)
+                return Answer(False, str(current) if current else None)
+            log.info("job %s: reported %s -> %s", self.job_id, kind, status or "?")
+            return Answer(True, status or None)

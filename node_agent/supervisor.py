@@ -1,0 +1,317 @@
+"""One job's life on this node: build, wait for accelerators, run, stop, and the final reports.
+
+The end of a job follows the contract of ``docs/design.md``: every log line is shipped, the
+remaining checkpoints and the output directory are uploaded, and only then is the terminal
+report (``exited``, ``stopped``, ``stop_failed``) sent, so a terminal status means the logs are
+complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from node_agent.accelerators import AcceleratorPool
+from node_agent.build import BuildCancelled, BuildFailed, BuiltJob, CheckpointMissing, JobBuild
+from node_agent.checkpoints import CheckpointWatcher, zip_tree
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.launch import job_environment
+from node_agent.logship import LogShipper
+from node_agent.models import STOP_IN_PROGRESS, Assignment, JobDirs
+from node_agent.processes import GroupProcess, exit_code
+from node_agent.reports import Answer, JobReporter
+
+log = logging.getLogger("flexai.agent")
+
+ABORT_GRACE = 3.0
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    work_dir: Path
+    datasets_dir: Path | None = None
+    stop_grace: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when a job is stopped."""
+    node_index: int = 0
+    keep_job_dirs: bool = False
+    log_flush_interval: float = 0.2
+    checkpoint_stable_for: float = 1.0
+
+
+class JobSupervisor:
+    """Runs one assignment in a thread of its own; :meth:`stop` is the user's stop."""
+
+    def __init__(
+        self,
+        assignment: Assignment,
+        *,
+        client: ControlPlaneClient,
+        node_id: str,
+        pool: AcceleratorPool,
+        settings: SupervisorSettings,
+    ) -> None:
+        self.assignment = assignment
+        self.job_id = assignment.job_id
+        self.client = client
+        self.node_id = node_id
+        self.pool = pool
+        self.settings = settings
+        self.dirs = JobDirs.for_job(settings.work_dir, assignment.job_id)
+        self._stopping = threading.Event()  # the user's stop, or the agent's shutdown
+        self._aborting = threading.Event()  # the agent's shutdown: no more reports
+        self.reporter = JobReporter(client, node_id, self.job_id, give_up=self._aborting)
+        self._thread = threading.Thread(target=self._run, name=f"job-{self.job_id}", daemon=True)
+        self._logs: LogShipper | None = None
+        self._keep_dirs = settings.keep_job_dirs
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """The user asked to stop: end the processes, then report ``stopped``."""
+        if not self._stopping.is_set():
+            log.info("job %s: stopping", self.job_id)
+        self._stopping.set()
+
+    def abort(self, shutting_down: bool = True) -> None:
+        """End the processes quickly and report nothing: the agent is shutting down (its
+        work directory is kept for a quick exit), or the job is no longer this node's."""
+        self._keep_dirs = self._keep_dirs or shutting_down
+        self._aborting.set()
+        self._stopping.set()
+        if self._logs is not None:
+            self._logs.abandon()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    # -- the life of the job -----------------------------------------------------------
+
+    def _run(self) -> None:
+        started = False
+        try:
+            self.dirs.create_fresh()
+            self._logs = LogShipper(
+                self.client,
+                self.job_id,
+                self.dirs.log_file,
+                flush_interval=self.settings.log_flush_interval,
+            )
+            built = self._build()
+            accelerators = self._allocate(built) if built else None
+            if built and accelerators is not None:
+                started = True
+                self._run_entry_point(built, accelerators)
+        except Exception as error:  # one job's failure must never take the agent down
+            log.exception("job %s: the agent failed", self.job_id)
+            self._report_crash(error, started)
+        finally:
+            self.pool.release(self.job_id)
+            if self._logs is not None:
+                self._logs.close(timeout=0 if self._aborting.is_set() else 30)
+            if not self._keep_dirs:
+                self.dirs.remove_all_but_log()
+
+    def _build(self) -> BuiltJob | None:
+        name, spec = self.assignment.name, self.assignment.spec
+        log.info("job %s (%s): building from %s", self.job_id, name, spec.repository_url)
+        build = JobBuild(
+            spec,
+            self.dirs,
+            log=lambda line: self._say(f"[build] {line}"),
+            cancel=self._stopping,
+            datasets_dir=self.settings.datasets_dir,
+            input_checkpoint_id=self.assignment.input_checkpoint_id,
+            fetch_checkpoint=self._fetch_checkpoint,
+        )
+        try:
+            if self._stopping.is_set():
+                raise BuildCancelled()
+            return build.run()
+        except BuildCancelled:
+            self._finish_stopped()
+        except BuildFailed as failure:
+            log.info("job %s: build failed (%s): %s", self.job_id, failure.code, failure.message)
+            self._say(f"[build] failed: {failure.message}")
+            self._ship_logs()
+            answer = self.reporter.build_failed(failure.code, failure.message, failure.commit)
+            self._stopped_if_refused(answer)
+        return None
+
+    def _allocate(self, built: BuiltJob) -> list[int] | None:
+        wanted = self.assignment.spec.accels
+        if wanted > self.pool.count:
+            message = f"the job asks for {wanted} accelerators; this node has {self.pool.count}"
+            self._say(f"[agent] {message}")
+            self._ship_logs()
+            self._stopped_if_refused(
+                self.reporter.build_failed("no_node_meets_request", message, built.commit)
+            )
+            return None
+
+        def report_enqueued() -> None:
+            log.info("job %s: waiting for %d accelerators", self.job_id, wanted)
+            self._say(f"[agent] waiting for {wanted} accelerators to be free")
+            if self.reporter.enqueued(built.commit).status == STOP_IN_PROGRESS:
+                self._stopping.set()
+
+        taken = self.pool.acquire(
+            self.job_id, wanted, cancel=self._stopping, on_wait=report_enqueued
+        )
+        if taken is None:
+            self._finish_stopped()
+            return None
+        answer = self.reporter.started(built.commit, taken)
+        if answer.accepted:
+            return taken
+        self.pool.release(self.job_id)
+        if answer.status == STOP_IN_PROGRESS or self._stopping.is_set():
+            self._finish_stopped()
+        else:
+            log.warning("job %s: not started, the job is %s", self.job_id, answer.status)
+        return None
+
+    def _run_entry_point(self, built: BuiltJob, accelerators: list[int]) -> None:
+        indices = ",".join(map(str, accelerators)) or "none"
+        log.info("job %s: started on accelerators %s", self.job_id, indices)
+        self._say(f"[agent] running {shlex.join(built.argv)} on accelerators {indices}")
+        env = job_environment(self.dirs, self.assignment.spec.env, accelerators)
+        watcher = CheckpointWatcher(
+            self.client,
+            self.job_id,
+            self.node_id,
+            self.dirs.output_checkpoint,
+            self.dirs.scratch,
+            stable_for=self.settings.checkpoint_stable_for,
+        )
+        watcher.start()
+        try:
+            code, survivors = self._run_process(built.argv, env)
+        finally:
+            watcher.stop_watching()
+        self.pool.release(self.job_id)
+        if self._aborting.is_set():
+            return
+        if code is None:
+            self._say(f"[agent] {_stop_outcome(survivors)}")
+        self._ship_logs()
+        watcher.finish()
+        self._upload_outputs()
+        if code is None:  # the user's stop
+            self._report_stop(survivors)
+            return
+        log.info("job %s: exited with code %d", self.job_id, code)
+        self._stopped_if_refused(self.reporter.exited(code))
+
+    def _run_process(
+        self, argv: tuple[str, ...], env: dict[str, str]
+    ) -> tuple[int | None, list[int]]:
+        """Run the entry point until it ends or is stopped.
+
+        Returns its exit code (None when stopped) and the pids still alive after SIGKILL.
+        """
+        assert self._logs is not None
+        try:
+            process = GroupProcess(argv, cwd=self.dirs.repo, env=env, on_output=self._logs.write)
+        except OSError as error:
+            self._say(f"[agent] cannot start the entry point: {error}")
+            return (None if self._stopping.is_set() else 126), []
+        try:
+            while (returncode := process.wait(0.2)) is None and not self._stopping.is_set():
+                pass
+        except BaseException:
+            process.end(ABORT_GRACE)  # whatever went wrong here, no process outlives the job
+            raise
+        if returncode is None:
+            grace = ABORT_GRACE if self._aborting.is_set() else self.settings.stop_grace
+            self._say(
+                f"[agent] stopping: SIGTERM to the job's processes, SIGKILL after {grace:g} s"
+            )
+            survivors = process.end(grace)
+        else:  # processes the entry point left behind go with it
+            survivors = process.end(self.settings.stop_grace)
+        process.finish_output()
+        if returncode is None:
+            return None, survivors
+        code = exit_code(returncode)
+        if returncode < 0:
+            name = signal.Signals(-returncode).name
+            self._say(f"[agent] the entry point was killed by {name} (exit code {code})")
+        else:
+            self._say(f"[agent] the entry point exited with code {code}")
+        return code, survivors
+
+    # -- the end -------------------------------------------------------------------------
+
+    def _finish_stopped(self) -> None:
+        if self._aborting.is_set():
+            return
+        self._say("[agent] stopped")
+        self._ship_logs()
+        self.reporter.stopped()
+
+    def _report_stop(self, survivors: list[int]) -> None:
+        if not survivors:
+            self.reporter.stopped()
+            return
+        log.error("job %s: %s", self.job_id, _stop_outcome(survivors))
+        self.reporter.stop_failed(_stop_outcome(survivors))
+
+    def _stopped_if_refused(self, answer: Answer) -> None:
+        """A report refused because the user stopped the job meanwhile becomes ``stopped``."""
+        if not answer.accepted and answer.status == STOP_IN_PROGRESS:
+            self.reporter.stopped()
+
+    def _report_crash(self, error: Exception, started: bool) -> None:
+        if self._aborting.is_set():
+            return
+        message = f"the node agent failed while running the job: {error}"
+        self._say(f"[agent] {message}")
+        self._ship_logs()
+        if started:
+            self._stopped_if_refused(self.reporter.failed("node_lost", message))
+        else:
+            self._stopped_if_refused(self.reporter.build_failed("node_lost", message, None))
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self._logs is not None:
+            self._logs.write_line(line)
+
+    def _ship_logs(self) -> None:
+        if self._logs is not None and not self._logs.close():
+            log.error("job %s: some log lines could not be shipped", self.job_id)
+
+    def _upload_outputs(self) -> None:
+        archive = self.dirs.scratch / "output.zip"
+        try:
+            zip_tree(self.dirs.output, archive)
+            self.client.upload_outputs(self.job_id, self.settings.node_index, archive)
+        except (ApiError, ApiUnavailable, OSError) as error:
+            log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)
+        finally:
+            archive.unlink(missing_ok=True)
+
+    def _fetch_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
+        try:
+            self.client.download_checkpoint(checkpoint_id, destination)
+        except ApiError as error:
+            raise CheckpointMissing(str(error)) from None
+
+
+def _stop_outcome(survivors: list[int]) -> str:
+    if not survivors:
+        return "stopped"
+    return (
+        f"processes {', '.join(map(str, survivors))} of the job are still alive after SIGKILL "
+        "(stuck in the kernel, e.g. on a hung GPU or file system); the node's operator must "
+        "end them"
+    )

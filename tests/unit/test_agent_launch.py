@@ -1,0 +1,118 @@
+"""How the agent turns an entry point into a command line, and the job's environment."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from node_agent.launch import EntryPointNotFound, job_environment, resolve_entry_point
+from node_agent.models import JobDirs
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> JobDirs:
+    dirs = JobDirs(tmp_path / "job")
+    (dirs.repo / "scripts").mkdir(parents=True)
+    dirs.venv_bin.mkdir(parents=True)
+    (dirs.repo / "train.py").write_text("print('train')\n")
+    return dirs
+
+
+def executable(path: Path) -> Path:
+    path.write_text("#!/bin/sh\necho hi\n")
+    path.chmod(0o755)
+    return path
+
+
+def resolve(dirs: JobDirs, *entry_point: str) -> list[str]:
+    return resolve_entry_point(entry_point, dirs.repo, dirs.venv)
+
+
+def test_a_python_script_runs_with_the_venvs_python(dirs: JobDirs) -> None:
+    argv = resolve(dirs, "train.py", "--lr", "0.1")
+    assert argv == [str(dirs.venv_python), str(dirs.repo.resolve() / "train.py"), "--lr", "0.1"]
+
+
+def test_a_module_runs_with_python_dash_m(dirs: JobDirs) -> None:
+    assert resolve(dirs, "-m", "pkg.train", "--epochs", "2") == [
+        str(dirs.venv_python),
+        "-m",
+        "pkg.train",
+        "--epochs",
+        "2",
+    ]
+
+
+def test_an_executable_of_the_repository_runs_from_the_repository(dirs: JobDirs) -> None:
+    script = executable(dirs.repo / "scripts" / "run.sh")
+    assert resolve(dirs, "scripts/run.sh", "x") == [str(script.resolve()), "x"]
+
+
+def test_a_command_not_in_the_repository_is_looked_up_on_path(dirs: JobDirs) -> None:
+    assert resolve(dirs, "echo", "hello") == [shutil.which("echo"), "hello"]
+
+
+def test_a_command_installed_in_the_venv_wins_over_the_hosts(dirs: JobDirs) -> None:
+    tool = executable(dirs.venv_bin / "echo")
+    assert resolve(dirs, "echo") == [str(tool)]
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "says"),
+    [
+        (("missing.py",), "'missing.py' is not a file of the repository"),
+        (("../outside.py",), "'../outside.py' is not a file of the repository"),
+        (("-m",), "`-m` needs a module name"),
+        (("no-such-command-flexai",), "neither a file of the repository nor a command"),
+        ((), "the job has no entry point"),
+    ],
+)
+def test_an_entry_point_that_names_nothing_runnable_is_not_found(
+    dirs: JobDirs, entry_point: tuple[str, ...], says: str
+) -> None:
+    (dirs.root / "outside.py").write_text("")
+    with pytest.raises(EntryPointNotFound, match=says.replace("(", r"\(")):
+        resolve(dirs, *entry_point)
+
+
+def test_a_repository_file_without_the_executable_bit_is_refused(dirs: JobDirs) -> None:
+    (dirs.repo / "run.sh").write_text("echo hi\n")
+    with pytest.raises(EntryPointNotFound, match="not executable"):
+        resolve(dirs, "run.sh")
+
+
+def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> None:
+    env = job_environment(dirs, {"LR": "0.1"}, [0, 2], base={"PATH": "/usr/bin", "HOME": "/h"})
+    assert env["FLEXAI_OUTPUT_DIR"] == str(dirs.output)
+    assert env["FLEXAI_OUTPUT_CHECKPOINT_DIR"] == str(dirs.output_checkpoint)
+    assert env["FLEXAI_INPUT_CHECKPOINT_DIR"] == str(dirs.input_checkpoint)
+    assert env["FLEXAI_INPUT_DIR"] == str(dirs.input)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["VIRTUAL_ENV"] == str(dirs.venv)
+    assert env["PATH"] == f"{dirs.venv_bin}{os.pathsep}/usr/bin"
+    assert env["LR"] == "0.1"
+    assert env["HOME"] == "/h"
+
+
+def test_the_agents_token_never_reaches_the_job(dirs: JobDirs) -> None:
+    base = {"FLEXAI_TOKEN": "secret", "FLEXAI_API_URL": "http://cp", "PATH": "/bin"}
+    env = job_environment(dirs, {}, [0], base=base)
+    assert "FLEXAI_TOKEN" not in env
+    assert "FLEXAI_API_URL" not in env
+
+
+def test_the_platforms_variables_win_over_the_users(dirs: JobDirs) -> None:
+    env = job_environment(
+        dirs, {"FLEXAI_OUTPUT_DIR": "/elsewhere", "CUDA_VISIBLE_DEVICES": "7"}, [1], base={}
+    )
+    assert env["FLEXAI_OUTPUT_DIR"] == str(dirs.output)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+
+
+def test_an_agent_confined_to_some_gpus_hands_out_those_gpus(dirs: JobDirs) -> None:
+    env = job_environment(dirs, {}, [1], base={"CUDA_VISIBLE_DEVICES": "2,3"})
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"

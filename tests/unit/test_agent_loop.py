@@ -1,0 +1,157 @@
+"""The agent's poll loop: what it does with each assignment, and how it outlives errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import node_agent.agent as agent_module
+from node_agent.agent import Agent, AgentSettings
+from node_agent.client import ApiError, ApiUnavailable
+from node_agent.models import Assignment, JobSpec
+from node_agent.supervisor import SupervisorSettings
+
+
+class FakeSupervisor:
+    def __init__(self, assignment: Assignment, **_: Any) -> None:
+        self.job_id = assignment.job_id
+        self.calls: list[str] = []
+        self.alive = True
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+    def abort(self, shutting_down: bool = True) -> None:
+        self.calls.append("abort")
+        self.alive = False
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+    def join(self, timeout: float | None = None) -> None:
+        pass
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.listing: list[Assignment] | Exception = []
+        self.registrations = 0
+        self.reports: list[tuple[str, dict[str, Any]]] = []
+        self.polls = 0
+
+    def register(self, name: str, accels: int, accel_type: str, retry_for: Any = None) -> str:
+        self.registrations += 1
+        return f"node-{self.registrations}"
+
+    def heartbeat(self, node_id: str) -> None:
+        pass
+
+    def assignments(self, node_id: str) -> list[Assignment]:
+        self.polls += 1
+        if isinstance(self.listing, Exception):
+            failure, self.listing = self.listing, []
+            raise failure
+        return self.listing
+
+    def report(self, job_id: str, report: dict[str, Any], retry_for: Any = None) -> str:
+        self.reports.append((job_id, report))
+        return "stopped"
+
+    def stop_retrying(self) -> None:
+        pass
+
+
+def assignment(job_id: str, status: str) -> Assignment:
+    spec = JobSpec(repository_url="/repo", entry_point=("train.py",))
+    return Assignment(job_id=job_id, name=job_id, status=status, spec=spec)
+
+
+@pytest.fixture
+def client() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def agent(tmp_path: Path, client: FakeClient, monkeypatch: pytest.MonkeyPatch) -> Agent:
+    monkeypatch.setattr(agent_module, "JobSupervisor", FakeSupervisor)
+    settings = AgentSettings(
+        name="gpu-1",
+        accels=2,
+        poll_interval=0.01,
+        heartbeat_interval=0.01,
+        supervisor=SupervisorSettings(work_dir=tmp_path),
+    )
+    agent = Agent(client, settings)  # type: ignore[arg-type]
+    agent.register()
+    return agent
+
+
+def supervisor(agent: Agent, job_id: str) -> FakeSupervisor:
+    return agent.supervisors[job_id]  # type: ignore[return-value]
+
+
+def test_a_new_building_job_gets_a_supervisor_once(agent: Agent, client: FakeClient) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == ["start"]
+
+
+def test_a_stop_in_progress_reaches_the_jobs_supervisor(agent: Agent, client: FakeClient) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    client.listing = [assignment("job-1", "stop in progress")]
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == ["start", "stop"]
+    assert client.reports == []
+
+
+def test_a_finished_job_still_listed_by_a_stale_answer_is_not_started_again(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    supervisor(agent, "job-1").alive = False
+    client.listing = [assignment("job-1", "in progress")]
+    agent.poll_once()
+    assert "job-1" not in agent.supervisors
+    assert client.reports == []
+
+
+def test_a_job_no_longer_listed_for_two_polls_is_aborted(agent: Agent, client: FakeClient) -> None:
+    client.listing = [assignment("job-1", "in progress")]
+    agent.supervisors["job-1"] = FakeSupervisor(assignment("job-1", "in progress"))  # type: ignore[assignment]
+    client.listing = []
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == []
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == ["abort"]
+
+
+def test_an_unknown_node_registers_again(agent: Agent, client: FakeClient) -> None:
+    client.listing = ApiError(404, {"type": "https://flexai.dev/problems/node-not-found"})
+    with pytest.raises(ApiError):
+        agent.poll_once()
+    assert agent.node_id == "node-2"
+
+
+def test_the_poll_loop_outlives_its_errors_and_stops_on_shutdown(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.listing = ApiUnavailable("cannot reach the control plane")
+    loop = threading.Thread(target=agent.run)
+    loop.start()
+    deadline = time.monotonic() + 5
+    while client.polls < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    agent.request_shutdown()
+    loop.join(5)
+    assert client.polls >= 3
+    assert not loop.is_alive()

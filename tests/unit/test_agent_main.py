@@ -1,0 +1,347 @@
+"""``flexai agent`` as a user runs it: a real agent process against a small fake control plane."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from node_agent.main import main
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Ada",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+NEXT_STATUS = {
+    "enqueued": "enqueued",
+    "started": "in progress",
+    "build_failed": "failed",
+    "failed": "failed",
+    "stopped": "stopped",
+    "stop_failed": "stop failed",
+}
+LISTED = ("building", "enqueued", "in progress", "stop in progress")
+
+
+class ControlPlane:
+    """Just enough of ``/v1/agent`` for an agent: nodes, assignments, reports, logs, uploads."""
+
+    def __init__(self, token: str = "t0ken") -> None:
+        self.token = token
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.reports: list[dict[str, Any]] = []
+        self.logs: dict[str, bytearray] = {}
+        self.uploads: list[str] = []
+        self.heartbeats = 0
+        self.lock = threading.Lock()
+
+    def add_job(self, job_id: str, status: str, entry_point: list[str], url: str) -> None:
+        spec = {"repository_url": url, "entry_point": entry_point, "accels": 1, "nodes": 1}
+        self.jobs[job_id] = {"job_id": job_id, "name": job_id, "status": status, "spec": spec}
+
+    def status(self, job_id: str) -> str:
+        with self.lock:
+            return str(self.jobs[job_id]["status"])
+
+    def log_text(self, job_id: str) -> str:
+        with self.lock:
+            return self.logs.get(job_id, bytearray()).decode()
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        parts = path.strip("/").split("/")[2:]  # after v1/agent
+        with self.lock:
+            if method == "POST" and parts == ["nodes"]:
+                return 200, {"node_id": "node-1", "name": json.loads(body)["name"]}
+            if parts[-1:] == ["heartbeat"]:
+                self.heartbeats += 1
+                return 200, {"ok": True}
+            if parts[-1:] == ["assignments"]:
+                listed = [dict(job) for job in self.jobs.values() if job["status"] in LISTED]
+                return 200, {"assignments": listed}
+            if parts[-1:] == ["reports"]:
+                return self.report(parts[1], json.loads(body))
+            if parts[-1:] == ["logs"]:
+                self.logs.setdefault(parts[1], bytearray()).extend(body)
+                return 200, {"size": len(self.logs[parts[1]])}
+            if method == "PUT":
+                self.uploads.append("/".join(parts))
+                return 200, {"size": len(body)}
+        return 404, {"type": "https://flexai.dev/problems/not-found"}
+
+    def report(self, job_id: str, report: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        job = self.jobs[job_id]
+        kind = report["type"]
+        if job["status"] == "stop in progress" and kind not in ("stopped", "stop_failed"):
+            problem = {
+                "type": "https://flexai.dev/problems/illegal-transition",
+                "current_status": "stop in progress",
+                "attempted_status": kind,
+            }
+            return 409, problem
+        self.reports.append({"job_id": job_id, **report})
+        if kind == "exited":
+            job["status"] = "succeeded" if report["exit_code"] == 0 else "failed"
+        else:
+            job["status"] = NEXT_STATUS[kind]
+        return 200, {"status": job["status"]}
+
+
+@pytest.fixture
+def plane() -> Iterator[tuple[ControlPlane, str]]:
+    state = ControlPlane()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.answer("GET")
+
+        def do_POST(self) -> None:
+            self.answer("POST")
+
+        def do_PUT(self) -> None:
+            self.answer("PUT")
+
+        def answer(self, method: str) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.headers.get("Authorization") != f"Bearer {state.token}":
+                unauthorized = "https://flexai.dev/problems/unauthorized"
+                status, payload = 401, {"type": unauthorized, "detail": "bad token"}
+            else:
+                status, payload = state.handle(method, urlparse(self.path).path, body)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def make_repo(root: Path, train_py: str) -> str:
+    repo = root / "origin"
+    repo.mkdir()
+    (repo / "train.py").write_text(train_py)
+    (repo / "requirements.txt").write_text("")
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "job"]):
+        subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True)
+    return str(repo)
+
+
+AGENTS: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def end_every_agent() -> Iterator[None]:
+    """A failing test must not leave an agent (and its jobs) running."""
+    yield
+    while AGENTS:
+        agent = AGENTS.pop()
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            agent.communicate(timeout=20)
+
+
+def start_agent(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen[str]:
+    argv = ["--server", url, "--token", "t0ken", "--accels", "2", "--name", "gpu-1"]
+    argv += ["--work-dir", str(tmp_path / "agent"), "--poll-interval", "0.1"]
+    argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5", *extra]
+    code = "import sys; from node_agent.main import main; sys.exit(main(sys.argv[1:]))"
+    agent = subprocess.Popen(
+        [sys.executable, "-c", code, *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    AGENTS.append(agent)
+    return agent
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def terminate(agent: subprocess.Popen[str]) -> tuple[int, str]:
+    agent.send_signal(signal.SIGTERM)
+    _, stderr = agent.communicate(timeout=20)
+    return agent.returncode, stderr
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_the_agent_runs_an_assigned_job_to_success_and_stops_on_sigterm(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, "print('trained')\n"))
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: state.status("job-1") == "succeeded")
+    assert "trained" in state.log_text("job-1")
+    assert "jobs/job-1/outputs/0" in state.uploads
+    assert state.heartbeats > 0
+    code, stderr = terminate(agent)
+    assert code == 0
+    assert "registered node gpu-1 (id node-1) with 2 accelerators of type cpu" in stderr
+    assert "job job-1 (job-1): taken" in stderr
+    assert "Traceback" not in stderr
+
+
+LONG_JOB = "import os, time\nprint('PID', os.getpid(), flush=True)\ntime.sleep(600)\n"
+
+
+def test_sigterm_ends_the_processes_of_the_running_jobs_too(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, LONG_JOB))
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: "PID" in state.log_text("job-1"))
+    pid = int(state.log_text("job-1").split("PID ")[1].split()[0])
+    assert alive(pid)
+    code, stderr = terminate(agent)
+    assert code == 0
+    assert not alive(pid)
+    assert "Traceback" not in stderr
+
+
+def test_a_users_stop_reaches_the_running_job_through_the_poll(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, LONG_JOB))
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: "PID" in state.log_text("job-1"))
+    pid = int(state.log_text("job-1").split("PID ")[1].split()[0])
+    with state.lock:
+        state.jobs["job-1"]["status"] = "stop in progress"
+    wait_until(lambda: state.status("job-1") == "stopped")
+    assert not alive(pid)
+    terminate(agent)
+
+
+def test_jobs_listed_for_the_node_that_no_supervisor_knows_are_settled(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    state.add_job("was-stopping", "stop in progress", ["train.py"], "/nowhere")
+    state.add_job("was-running", "in progress", ["train.py"], "/nowhere")
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: state.status("was-running") == "failed")
+    wait_until(lambda: state.status("was-stopping") == "stopped")
+    failed = next(r for r in state.reports if r["job_id"] == "was-running")
+    assert failed["code"] == "node_lost"
+    terminate(agent)
+
+
+def test_an_unreachable_server_fails_at_start_with_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["--server", "http://127.0.0.1:9", "--token", "t", "--accels", "1"]
+        + ["--work-dir", str(tmp_path), "--connect-timeout", "0.5"]
+    )
+    stderr = capsys.readouterr().err
+    assert code == 1
+    assert stderr.startswith(
+        "flexai agent: error: cannot reach the control plane at http://127.0.0.1:9"
+    )
+    assert stderr.count("\n") == 1
+    assert "--server" in stderr
+
+
+def test_a_refused_token_fails_at_start_with_one_clear_line(
+    tmp_path: Path, plane: tuple[ControlPlane, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, url = plane
+    code = main(["--server", url, "--token", "wrong", "--accels", "1", "--work-dir", str(tmp_path)])
+    stderr = capsys.readouterr().err
+    assert code == 1
+    assert stderr.startswith("flexai agent: error: the control plane refused the token")
+    assert stderr.count("\n") == 1
+
+
+def test_without_server_or_config_the_agent_says_how_to_configure_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLEXAI_CONFIG", str(tmp_path / "absent.json"))
+    monkeypatch.delenv("FLEXAI_API_URL", raising=False)
+    monkeypatch.delenv("FLEXAI_TOKEN", raising=False)
+    assert main(["--accels", "1", "--work-dir", str(tmp_path)]) == 1
+    assert "no API URL" in capsys.readouterr().err
+
+
+def test_the_token_and_server_come_from_the_client_config_when_not_given(
+    tmp_path: Path,
+    plane: tuple[ControlPlane, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, url = plane
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"api_url": url, "token": "wrong"}))
+    monkeypatch.setenv("FLEXAI_CONFIG", str(config))
+    monkeypatch.delenv("FLEXAI_API_URL", raising=False)
+    monkeypatch.delenv("FLEXAI_TOKEN", raising=False)
+    assert main(["--accels", "1", "--work-dir", str(tmp_path / "agent")]) == 1
+    assert "refused the token" in capsys.readouterr().err  # it reached the configured server
+
+
+def test_two_agents_cannot_share_a_work_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    with (tmp_path / "agent.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        argv = ["--server", "http://x", "--token", "t", "--accels", "1"]
+        code = main([*argv, "--work-dir", str(tmp_path)])
+    assert code == 1
+    assert "another agent is running with the work directory" in capsys.readouterr().err
+
+
+def test_bad_arguments_exit_with_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--accels", "none"]) == 2
+    assert "--accels" in capsys.readouterr().err
+
+
+def test_a_host_without_gpus_needs_accels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert main(["--server", "http://x", "--token", "t", "--work-dir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == (
+        "flexai agent: error: no GPU found on this host; pass --accels N (the job slots to offer)\n"
+    )

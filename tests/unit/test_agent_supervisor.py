@@ -1,0 +1,399 @@
+"""One job's life under the supervisor: real git, venv and processes; an in-memory control plane."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from node_agent.accelerators import AcceleratorPool
+from node_agent.client import ApiError
+from node_agent.models import Assignment, JobDirs, JobSpec
+from node_agent.supervisor import JobSupervisor, SupervisorSettings
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Ada",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+REPORTED_STATUS = {
+    "enqueued": "enqueued",
+    "started": "in progress",
+    "build_failed": "failed",
+    "exited": "succeeded",
+    "failed": "failed",
+    "stopped": "stopped",
+    "stop_failed": "stop failed",
+}
+
+
+class FakeControlPlane:
+    """The agent routes in memory; ``events`` keeps the order things reached the server."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.logs: dict[str, bytearray] = {}
+        self.refuse: dict[str, str] = {}  # report type -> the status a 409 says the job has
+        self.lock = threading.Lock()
+
+    def report(self, job_id: str, report: dict[str, Any], retry_for: float | None = None) -> str:
+        kind = report["type"]
+        if kind in self.refuse:
+            raise ApiError(
+                409,
+                {
+                    "type": "https://flexai.dev/problems/illegal-transition",
+                    "current_status": self.refuse[kind],
+                },
+            )
+        with self.lock:
+            self.events.append(("report", job_id, kind, report))
+        return REPORTED_STATUS[kind]
+
+    def append_logs(self, job_id: str, offset: int, data: bytes) -> int:
+        with self.lock:
+            held = self.logs.setdefault(job_id, bytearray())
+            assert offset <= len(held)
+            held.extend(data[len(held) - offset :])
+            self.events.append(("logs", job_id))
+            return len(held)
+
+    def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
+        with self.lock:
+            self.events.append(("checkpoint", job_id, name, unzip(archive)))
+
+    def upload_outputs(self, job_id: str, node_index: int, archive: Path) -> None:
+        with self.lock:
+            self.events.append(("outputs", job_id, unzip(archive)))
+
+    def reports(self, job_id: str) -> list[str]:
+        return [event[2] for event in self.events if event[:2] == ("report", job_id)]
+
+    def report_facts(self, job_id: str, kind: str) -> dict[str, Any]:
+        return next(e[3] for e in self.events if e[:3] == ("report", job_id, kind))
+
+    def log_text(self, job_id: str) -> str:
+        return self.logs.get(job_id, bytearray()).decode()
+
+    def last_index(self, job_id: str, kind: str) -> int:
+        return max(i for i, event in enumerate(self.events) if event[:2] == (kind, job_id))
+
+
+def unzip(archive: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(archive) as bundle:
+        return {info.filename: bundle.read(info) for info in bundle.infolist()}
+
+
+def make_repo(root: Path, train_py: str) -> tuple[str, str]:
+    repo = root / "origin"
+    repo.mkdir()
+    (repo / "train.py").write_text(train_py)
+    (repo / "requirements.txt").write_text("")
+    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "job"]):
+        subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    return str(repo), commit
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def plane() -> FakeControlPlane:
+    return FakeControlPlane()
+
+
+STARTED: list[JobSupervisor] = []
+
+
+@pytest.fixture(autouse=True)
+def end_every_job() -> Iterator[None]:
+    """A failing test must not leave its job's processes running."""
+    yield
+    while STARTED:
+        supervisor = STARTED.pop()
+        supervisor.abort()
+        supervisor.join(10)
+
+
+def supervise(
+    tmp_path: Path,
+    plane: FakeControlPlane,
+    url: str,
+    job_id: str = "job-1",
+    pool: AcceleratorPool | None = None,
+    datasets_dir: Path | None = None,
+    **spec: Any,
+) -> JobSupervisor:
+    entry_point = tuple(spec.pop("entry_point", ("train.py",)))
+    assignment = Assignment(
+        job_id=job_id,
+        name=f"name-{job_id}",
+        status="building",
+        spec=JobSpec(repository_url=url, entry_point=entry_point, **spec),
+    )
+    supervisor = JobSupervisor(
+        assignment,
+        client=plane,  # type: ignore[arg-type]
+        node_id="node-1",
+        pool=pool or AcceleratorPool(2),
+        settings=SupervisorSettings(
+            work_dir=tmp_path / "agent",
+            datasets_dir=datasets_dir,
+            stop_grace=0.5,
+            log_flush_interval=0.05,
+            checkpoint_stable_for=0.2,
+        ),
+    )
+    supervisor.start()
+    STARTED.append(supervisor)
+    return supervisor
+
+
+ENV_KEYS = [
+    "FLEXAI_OUTPUT_DIR",
+    "FLEXAI_OUTPUT_CHECKPOINT_DIR",
+    "FLEXAI_INPUT_CHECKPOINT_DIR",
+    "FLEXAI_INPUT_DIR",
+    "CUDA_VISIBLE_DEVICES",
+    "PYTHONUNBUFFERED",
+    "VIRTUAL_ENV",
+    "LR",
+]
+
+REPORTING_JOB = f"""
+import json, os, pathlib, sys
+seen = {{key: os.environ.get(key) for key in {ENV_KEYS!r}}}
+seen.update(executable=sys.executable, cwd=os.getcwd(), args=sys.argv[1:])
+print("ENV " + json.dumps(seen))
+pathlib.Path(os.environ["FLEXAI_OUTPUT_DIR"], "result.txt").write_text("done")
+checkpoint = pathlib.Path(os.environ["FLEXAI_OUTPUT_CHECKPOINT_DIR"], "checkpoint-1")
+checkpoint.mkdir()
+(checkpoint / "w.bin").write_bytes(b"w")
+print("last line", file=sys.stderr)
+"""
+
+
+def test_a_job_runs_in_its_environment_and_reports_exited_after_logs_checkpoints_and_outputs(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, commit = make_repo(tmp_path, REPORTING_JOB)
+    supervisor = supervise(
+        tmp_path, plane, url, entry_point=["train.py", "--lr", "0.1"], env={"LR": "0.1"}
+    )
+    supervisor.join(30)
+    assert plane.reports("job-1") == ["started", "exited"]
+    started = plane.report_facts("job-1", "started")
+    assert started == {
+        "node_id": "node-1",
+        "type": "started",
+        "commit": commit,
+        "accelerators": [0],
+    }
+    assert plane.report_facts("job-1", "exited")["exit_code"] == 0
+
+    log = plane.log_text("job-1")
+    assert "[build] cloning" in log
+    assert log.rstrip().endswith("[agent] the entry point exited with code 0")
+    assert "last line" in log
+    dirs = JobDirs(tmp_path / "agent" / "jobs" / "job-1")
+    seen = json.loads(next(line[4:] for line in log.splitlines() if line.startswith("ENV ")))
+    assert seen == {
+        "FLEXAI_OUTPUT_DIR": str(dirs.output),
+        "FLEXAI_OUTPUT_CHECKPOINT_DIR": str(dirs.output_checkpoint),
+        "FLEXAI_INPUT_CHECKPOINT_DIR": str(dirs.input_checkpoint),
+        "FLEXAI_INPUT_DIR": str(dirs.input),
+        "CUDA_VISIBLE_DEVICES": "0",
+        "PYTHONUNBUFFERED": "1",
+        "VIRTUAL_ENV": str(dirs.venv),
+        "LR": "0.1",
+        "executable": str(dirs.venv_python),
+        "cwd": str(dirs.repo.resolve()),
+        "args": ["--lr", "0.1"],
+    }
+
+    exited = plane.events.index(
+        ("report", "job-1", "exited", plane.report_facts("job-1", "exited"))
+    )
+    assert plane.last_index("job-1", "logs") < exited
+    assert plane.last_index("job-1", "checkpoint") < exited
+    assert plane.last_index("job-1", "outputs") < exited
+    assert ("checkpoint", "job-1", "checkpoint-1", {"w.bin": b"w"}) in plane.events
+    assert ("outputs", "job-1", {"result.txt": b"done"}) in plane.events
+    assert [path.name for path in dirs.root.iterdir()] == ["job.log"]
+
+
+def test_a_failing_entry_point_reports_its_exit_code(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, "import sys\nprint('boom')\nsys.exit(3)\n")
+    supervise(tmp_path, plane, url).join(30)
+    assert plane.reports("job-1") == ["started", "exited"]
+    assert plane.report_facts("job-1", "exited")["exit_code"] == 3
+    assert "[agent] the entry point exited with code 3" in plane.log_text("job-1")
+    assert ("outputs", "job-1", {}) in plane.events
+
+
+STUBBORN_JOB = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+child += "os.write(1, b'PID %d\\\\n' % os.getpid()); time.sleep(600)"
+for _ in range(2):
+    subprocess.Popen([sys.executable, "-c", child])
+os.write(1, b"PID %d\\n" % os.getpid())  # one write: the three processes share the pipe
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_stopping_a_job_ends_every_process_of_its_group_then_reports_stopped(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, STUBBORN_JOB)
+    supervisor = supervise(tmp_path, plane, url)
+
+    def pids() -> list[int]:
+        lines = plane.log_text("job-1").splitlines()
+        return [int(line.split()[1]) for line in lines if line.startswith("PID ")]
+
+    wait_until(lambda: len(pids()) == 3)
+    assert all(alive(pid) for pid in pids())
+    supervisor.stop()
+    supervisor.join(30)
+    assert plane.reports("job-1") == ["started", "stopped"]
+    assert not any(alive(pid) for pid in pids())
+    assert "[agent] stopping: SIGTERM" in plane.log_text("job-1")
+    assert plane.last_index("job-1", "outputs") < plane.last_index("job-1", "report")
+
+
+WAITING_JOB = """
+import os, pathlib, time
+flag = os.environ.get("WAIT_FOR")
+while flag and not pathlib.Path(flag).exists():
+    time.sleep(0.05)
+print("ran on", os.environ["CUDA_VISIBLE_DEVICES"])
+"""
+
+
+def test_a_job_needing_busy_accelerators_is_enqueued_then_started_once_they_are_freed(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, commit = make_repo(tmp_path, WAITING_JOB)
+    pool = AcceleratorPool(1)
+    flag = tmp_path / "release"
+    first = supervise(tmp_path, plane, url, "job-a", pool, env={"WAIT_FOR": str(flag)})
+    wait_until(lambda: plane.reports("job-a") == ["started"])
+    second = supervise(tmp_path, plane, url, "job-b", pool)
+    wait_until(lambda: plane.reports("job-b") == ["enqueued"])
+    assert plane.report_facts("job-b", "enqueued")["commit"] == commit
+    flag.write_text("go")
+    first.join(30)
+    second.join(30)
+    assert plane.reports("job-a") == ["started", "exited"]
+    assert plane.reports("job-b") == ["enqueued", "started", "exited"]
+    assert plane.report_facts("job-b", "started")["accelerators"] == [0]
+    assert "ran on 0" in plane.log_text("job-b")
+
+
+def test_a_stop_while_enqueued_reports_stopped_without_running_anything(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, "print('should not run')\n")
+    pool = AcceleratorPool(1)
+    pool.acquire("someone-else", 1, cancel=threading.Event())
+    supervisor = supervise(tmp_path, plane, url, pool=pool)
+    wait_until(lambda: plane.reports("job-1") == ["enqueued"])
+    supervisor.stop()
+    supervisor.join(30)
+    assert plane.reports("job-1") == ["enqueued", "stopped"]
+    assert "should not run" not in plane.log_text("job-1")
+
+
+def test_a_build_failure_is_reported_with_its_code_after_the_logs(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, "print('hi')\n")
+    supervise(tmp_path, plane, url, repository_revision="nope").join(30)
+    assert plane.reports("job-1") == ["build_failed"]
+    facts = plane.report_facts("job-1", "build_failed")
+    assert facts["code"] == "revision_not_found"
+    assert facts["commit"] is None
+    assert f"[build] failed: revision 'nope' not found in {url}" in plane.log_text("job-1")
+    assert plane.last_index("job-1", "logs") < plane.last_index("job-1", "report")
+
+
+def test_an_exit_refused_because_the_user_stopped_the_job_is_reported_as_stopped(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    plane.refuse["exited"] = "stop in progress"
+    url, _ = make_repo(tmp_path, "print('quick')\n")
+    supervise(tmp_path, plane, url).join(30)
+    assert plane.reports("job-1") == ["started", "stopped"]
+
+
+def test_a_job_asking_for_more_accelerators_than_the_node_has_fails_its_build(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, "print('hi')\n")
+    supervise(tmp_path, plane, url, accels=3).join(30)
+    assert plane.reports("job-1") == ["build_failed"]
+    assert plane.report_facts("job-1", "build_failed")["message"] == (
+        "the job asks for 3 accelerators; this node has 2"
+    )
+
+
+def test_an_entry_point_the_system_cannot_execute_exits_with_126(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = make_repo(tmp_path, "print('hi')\n")
+    script = Path(url) / "run"
+    script.write_bytes(b"\x00not a program")
+    script.chmod(0o755)
+    subprocess.run(["git", "add", "run"], cwd=url, check=True)
+    subprocess.run(
+        ["git", "commit", "-q", "-m", "run"], cwd=url, env={**os.environ, **GIT_ENV}, check=True
+    )
+    supervise(tmp_path, plane, url, entry_point=["run"]).join(30)
+    assert plane.reports("job-1") == ["started", "exited"]
+    assert plane.report_facts("job-1", "exited")["exit_code"] == 126
+    assert "[agent] cannot start the entry point" in plane.log_text("job-1")
+
+
+def test_cleaning_up_a_finished_job_leaves_its_datasets_untouched(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    datasets = tmp_path / "datasets"
+    (datasets / "mnist").mkdir(parents=True)
+    (datasets / "mnist" / "train.csv").write_text("1,2\n")
+    job = "import os\nprint(open(os.environ['FLEXAI_INPUT_DIR'] + '/mnist/train.csv').read())\n"
+    url, _ = make_repo(tmp_path, job)
+    supervise(tmp_path, plane, url, datasets=("mnist",), datasets_dir=datasets).join(30)
+    assert plane.reports("job-1") == ["started", "exited"]
+    assert "1,2" in plane.log_text("job-1")
+    assert (datasets / "mnist" / "train.csv").read_text() == "1,2\n"
+    assert not (tmp_path / "agent" / "jobs" / "job-1" / "input").exists()
