@@ -1,0 +1,125 @@
+"""The REST API in-process on each store: problem details for every error, never a trace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.services import build_services
+from api.settings import Settings
+from api.state import ensure_admin_token
+
+PROBLEM = "application/problem+json"
+SPEC = {"repository_url": "/nowhere", "entry_point": ["train.py"]}
+
+
+@pytest.fixture
+def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str]]]:
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
+    services = build_services(settings)
+    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    with TestClient(create_app(services, background=False)) as client:
+        yield client, {"Authorization": f"Bearer {token}"}
+    services.close()
+
+
+def assert_problem(response: Any, status: int, slug: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body: dict[str, Any] = response.json()
+    assert body["type"].endswith(f"/{slug}") and body["status"] == status
+    assert body["detail"] and "Traceback" not in body["detail"]
+    return body
+
+
+def test_a_request_without_a_valid_token_is_refused_saying_how_to_authenticate(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, _ = api
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        body = assert_problem(client.get("/v1/jobs", headers=headers), 401, "unauthorized")
+        assert "Bearer" in body["detail"]
+
+
+def test_an_unknown_job_is_a_404_problem_that_points_to_the_list(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    body = assert_problem(client.get("/v1/jobs/ghost", headers=headers), 404, "job-not-found")
+    assert "flexai training list" in body["detail"]
+
+
+def test_an_invalid_body_is_a_422_problem_naming_the_field(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    response = client.post("/v1/jobs", headers=headers, json={"name": "ok-name", "accels": 0})
+    body = assert_problem(response, 422, "invalid-request")
+    assert "accels" in body["detail"] and "repository_url" in body["detail"]
+
+
+def test_a_bad_name_and_a_taken_name_are_refused_with_the_rule_or_the_way_out(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    bad = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "a!"})
+    assert "3 to 63" in assert_problem(bad, 422, "invalid-request")["detail"]
+    first = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "taken"})
+    assert first.status_code == 201
+    again = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "taken"})
+    assert "delete" in assert_problem(again, 409, "name-taken")["detail"]
+
+
+def test_deleting_a_live_job_is_a_409_problem_that_says_to_stop_it_first(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "alive"})
+    body = assert_problem(client.delete("/v1/jobs/alive", headers=headers), 409, "job-not-terminal")
+    assert "flexai training stop alive" in body["detail"]
+
+
+def test_stopping_a_job_no_node_holds_yet_stops_it_at_once_with_no_accelerators(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "early"})
+    stopped = client.post("/v1/jobs/early/stop", headers=headers)
+    assert stopped.status_code == 202
+    document = stopped.json()
+    assert [entry["status"] for entry in document["history"]] == [
+        "pending", "stop in progress", "stopped",
+    ]  # fmt: skip
+    assert document["stop"]["accelerators_allocated"] is False
+    again = client.post("/v1/jobs/early/stop", headers=headers)
+    body = assert_problem(again, 409, "illegal-transition")
+    assert (body["current_status"], body["attempted_status"]) == ("stopped", "stop in progress")
+
+
+def test_a_log_upload_past_the_end_is_refused_with_the_offset_to_resend_from(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    job_id = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "logs"}).json()["id"]
+    path = f"/v1/agent/jobs/{job_id}/logs"
+    assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
+    assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
+    body = assert_problem(
+        client.post(f"{path}?offset=9", headers=headers, content=b"x"), 409, "log-offset-mismatch"
+    )
+    assert body["expected_offset"] == 4
+
+
+def test_unknown_routes_are_problems_and_the_openapi_docs_are_served(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, _ = api
+    assert_problem(client.get("/v1/nope"), 404, "not-found")
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/jobs", "/v1/jobs/{name}/logs", "/v1/audit/jobs/{job_id}"} <= set(paths)
