@@ -198,19 +198,22 @@ class TrainingJobs(Application[UUID]):
             raise NodeNotFound(node_id)
         return node
 
+    def _assigned_job(self, job_id: UUID, node_id: str) -> tuple[TrainingJob, Actor]:
+        """The job an agent reports on, which must be its node's; and the agent as actor."""
+        job = self.job(job_id)
+        if job.node_id != node_id or job.node_name is None:
+            raise WrongNode(
+                f"job '{job.name}' is not assigned to node {node_id}; "
+                "drop it and take the node's current assignments"
+            )
+        return job, agent(job.node_name)
+
     def report(self, job_id: UUID, node_id: str, report: dict[str, Any]) -> Outcome:
         """Apply an agent's report once: a resend of a recorded report changes nothing."""
-        node_name = self.node(node_id).name
-        by = agent(node_name)
         kind = report["type"]
 
         def run() -> Outcome:
-            job = self.job(job_id)
-            if job.node_id != node_id:
-                raise WrongNode(
-                    f"job '{job.name}' is not assigned to node '{node_name}'; "
-                    "drop it and take the node's current assignments"
-                )
+            job, by = self._assigned_job(job_id, node_id)
             if _already_recorded(job, kind, report):
                 return Outcome(job_id, None)
             _apply_report(job, kind, report, by)
@@ -221,10 +224,8 @@ class TrainingJobs(Application[UUID]):
     def record_checkpoint(
         self, job_id: UUID, node_id: str, checkpoint: dict[str, Any]
     ) -> Outcome:
-        by = agent(self.node(node_id).name)
-
         def run() -> Outcome:
-            job = self.job(job_id)
+            job, by = self._assigned_job(job_id, node_id)
             if not job.record_checkpoint(checkpoint, by=by):
                 return Outcome(job_id, None)
             return self._save(job_id, job)

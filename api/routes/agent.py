@@ -117,8 +117,7 @@ async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str, r
 def _store_checkpoint(
     services: Services, job_id: UUID, name: str, node_id: str, data: bytes
 ) -> CheckpointPublic:
-    _require_job(services, job_id)
-    node_name = services.jobs.node(node_id).name
+    node_name = str(_require_job(services, job_id)["node"] or node_id)
     checkpoint_id = derive_checkpoint_id(job_id, name)
     metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, data)
     checkpoint = {"id": checkpoint_id, "name": name, "node": node_name, **metadata}

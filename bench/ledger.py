@@ -1,0 +1,682 @@
+"""Ledger, projection, read and log-path benchmarks, reported as ratios to same-run baselines.
+
+    .venv/bin/python bench/ledger.py [--jobs N] [--store sqlite|postgres|both] [--repeats R]
+                                     [--profile write|project|read|log]
+
+The machines are shared and noisy, so every figure is printed next to a baseline measured in
+the same run, on the same database server or file, and the ratio (subject / baseline) is the
+number to watch. Every timing is repeated (3 times by default) and the median is kept; the
+subject and its baseline alternate between repeats so that drift hits both.
+
+Steps, per store (SQLite file, PostgreSQL database):
+
+1. write: N jobs through submit -> begin_scheduling -> assign -> report started -> report
+   exited 0 on ``TrainingJobs`` over ``Settings(...).event_store_env()`` (6 events a job:
+   submit also records the JobName claim), each repeat on a fresh database with one node and
+   one warm-up job. Baseline: as many plain single-row INSERT transactions of the same mean
+   payload size (taken from the ledger's own stored events) into a scratch table in the same
+   database. The jobs run in 10 slices, each timed next to its own baseline slice.
+2. project: a fresh ``Projector`` catching up from position 0 over the last ledger (SQLite:
+   views in a separate, fresh file per repeat; PostgreSQL: the ledger's database, view tables
+   dropped between repeats), against the same raw-insert baseline for as many rows, timed
+   next to it.
+3. read: median latency of ``Queries.list_jobs`` (all N rows) and ``Queries.job_by_name``
+   against a raw ``SELECT 1`` round trip on the same database (driver connection, no pool, no
+   wrapper), the calls taken round robin; ``SELECT 1`` through ``Database.transaction()`` too.
+
+Then, once (files only; 5 rounds a repeat): ``LocalArtifactStore.append_log`` of 20,000
+50-byte lines in 256 KiB line-aligned chunks and ``read_log`` in 1 MiB chunks against plain
+open/write/fsync and a plain read; and the peak RSS growth (``resource.getrusage``) of the log
+step, measured in a fresh child process (bench/logpath.py), as a ratio to the bytes written.
+
+``--profile STEP`` runs one step once more under cProfile (first store chosen) and prints the
+top functions by cumulative and internal time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import itertools
+import json
+import pstats
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+for entry in (HERE.parent, HERE):  # the project's packages, and bench/logpath.py
+    if str(entry) not in sys.path:
+        sys.path.insert(0, str(entry))
+
+import logpath  # noqa: E402
+from logpath import timed  # noqa: E402
+
+from api.artifacts import LocalArtifactStore  # noqa: E402
+from api.settings import Settings  # noqa: E402
+from domain.application import TrainingJobs  # noqa: E402
+from domain.model import user  # noqa: E402
+from projections.db import open_database  # noqa: E402
+from projections.projector import Projector  # noqa: E402
+from projections.queries import Queries  # noqa: E402
+
+OWNER = "alice"
+NODE_NAME = "bench-node-01"
+VIEW_TABLES = ("projection_tracking", "job_list", "job_details", "checkpoints", "nodes")
+READ_CALLS = 200
+WRITE_SLICES = 10
+LOG_ROUNDS = 5  # log rounds per repeat: each takes only milliseconds
+
+SPEC: dict[str, Any] = {
+    "repository_url": "https://github.com/example/spiral-classifier.git",
+    "repository_revision": None,
+    "requirements_path": "requirements.txt",
+    "accels": 1,
+    "nodes": 1,
+    "env": {"LEARNING_RATE": "0.01", "EPOCHS": "10"},
+    "secrets": {},
+    "datasets": [],
+    "checkpoint": None,
+    "entry_point": ["train.py", "--lr", "0.01", "--epochs", "10"],
+}
+COMMIT = "3f9a6c1e0b7d4a2f8e5c9b1d0a6f3e7c2b8d4a1f"
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def section(self, title: str) -> None:
+        self.rows.append((f"[{title}]", "", "", ""))
+
+    def add(self, measure: str, value: str, baseline: str, ratio: float | None) -> None:
+        self.rows.append((measure, value, baseline, "" if ratio is None else f"{ratio:.2f}x"))
+
+    def render(self) -> str:
+        header = ("measure", "value", "baseline", "ratio")
+        widths = [max(len(row[i]) for row in [header, *self.rows]) for i in range(4)]
+        lines = []
+        for index, row in enumerate([header, *self.rows]):
+            cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)]
+            lines.append("  ".join(cells).rstrip())
+            if index == 0:
+                lines.append("  ".join("-" * width for width in widths))
+        return "\n".join(lines)
+
+
+def rate(count: int, seconds: float, unit: str = "ev/s") -> str:
+    return f"{count / seconds:,.0f} {unit}"
+
+
+def micros(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
+
+
+# -- stores -------------------------------------------------------------------------------
+
+
+class Store:
+    """One kind of database: fresh ledgers, raw driver access for the baselines."""
+
+    name: str
+
+    @contextmanager
+    def fresh(self) -> Iterator[tuple[Settings, Path]]:
+        raise NotImplementedError
+
+    def mean_payload(self, url: str) -> int:
+        raise NotImplementedError
+
+    @contextmanager
+    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
+        """A scratch table in the same file/database, and a function that inserts rows into
+        it one transaction per row, returning the seconds that took."""
+        raise NotImplementedError
+        yield
+
+    @contextmanager
+    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
+        raise NotImplementedError
+        yield
+
+    @contextmanager
+    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
+        raise NotImplementedError
+        yield
+
+
+class SQLiteStore(Store):
+    name = "sqlite"
+
+    @contextmanager
+    def fresh(self) -> Iterator[tuple[Settings, Path]]:
+        with tempfile.TemporaryDirectory(prefix="flexai-bench-") as tmp:
+            yield Settings(data_dir=Path(tmp)), Path(tmp)
+
+    @staticmethod
+    def _path(url: str) -> str:
+        return url.removeprefix("sqlite:///")
+
+    def mean_payload(self, url: str) -> int:
+        with sqlite3.connect(self._path(url)) as connection:
+            (size,) = connection.execute("SELECT AVG(LENGTH(state)) FROM stored_events").fetchone()
+        return int(size)
+
+    @contextmanager
+    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
+        # Same file as the ledger (so same WAL mode), default synchronous, autocommit driver.
+        connection = sqlite3.connect(self._path(url), isolation_level=None, timeout=30)
+        connection.execute("DROP TABLE IF EXISTS bench_scratch")
+        connection.execute(
+            "CREATE TABLE bench_scratch (id INTEGER PRIMARY KEY, topic TEXT, state BLOB)"
+        )
+
+        def insert(payloads: list[bytes]) -> float:
+            def insert_all() -> None:
+                for payload in payloads:
+                    connection.execute("BEGIN")
+                    connection.execute(
+                        "INSERT INTO bench_scratch (topic, state) VALUES (?, ?)",
+                        ("bench:Event", payload),
+                    )
+                    connection.execute("COMMIT")
+
+            return timed(insert_all)
+
+        try:
+            insert([b"{}"] * 5)  # warm up
+            yield insert
+        finally:
+            connection.execute("DROP TABLE IF EXISTS bench_scratch")
+            connection.close()
+
+    @contextmanager
+    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
+        connection = sqlite3.connect(self._path(url), isolation_level=None)
+        try:
+            yield lambda: connection.execute("SELECT 1").fetchone()
+        finally:
+            connection.close()
+
+    @contextmanager
+    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
+        view_url = f"sqlite:///{work / f'views-{tag}.sqlite3'}"
+        database = open_database(view_url)
+        try:
+            yield database, view_url
+        finally:
+            database.close()
+
+
+class PostgresStore(Store):
+    name = "postgres"
+
+    @contextmanager
+    def fresh(self) -> Iterator[tuple[Settings, Path]]:
+        from tests.pg import fresh_database
+
+        with tempfile.TemporaryDirectory(prefix="flexai-bench-") as tmp, fresh_database(
+            prefix="bench"
+        ) as url:
+            yield Settings(data_dir=Path(tmp), database_url=url), Path(tmp)
+
+    def mean_payload(self, url: str) -> int:
+        import psycopg
+
+        with psycopg.connect(url) as connection:
+            row = connection.execute(
+                "SELECT AVG(octet_length(state)) FROM flexai_events"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    @contextmanager
+    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS bench_scratch")
+            admin.execute(
+                "CREATE TABLE bench_scratch (id BIGSERIAL PRIMARY KEY, topic TEXT, state BYTEA)"
+            )
+        connection = psycopg.connect(url)  # autocommit off: BEGIN, INSERT, COMMIT per row
+
+        def insert(payloads: list[bytes]) -> float:
+            def insert_all() -> None:
+                for payload in payloads:
+                    connection.execute(
+                        "INSERT INTO bench_scratch (topic, state) VALUES (%s, %s)",
+                        ("bench:Event", payload),
+                    )
+                    connection.commit()
+
+            return timed(insert_all)
+
+        try:
+            insert([b"{}"] * 5)  # warm up
+            yield insert
+        finally:
+            connection.close()
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("DROP TABLE IF EXISTS bench_scratch")
+
+    @contextmanager
+    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
+        import psycopg
+
+        connection = psycopg.connect(url, autocommit=True)
+        try:
+            yield lambda: connection.execute("SELECT 1").fetchone()
+        finally:
+            connection.close()
+
+    @contextmanager
+    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP TABLE IF EXISTS {', '.join(VIEW_TABLES)}")  # type: ignore[arg-type]
+        database = open_database(url)
+        try:
+            yield database, url
+        finally:
+            database.close()
+
+
+# -- step 1: the ledger write path ---------------------------------------------------------
+
+
+def run_lifecycles(
+    jobs: TrainingJobs, node_id: str, names: range, prefix: str, owner: str = OWNER
+) -> None:
+    by = user(owner)
+    for index in names:
+        job_id = jobs.submit(owner, f"{prefix}-{index:05d}", SPEC, by).job_id
+        jobs.begin_scheduling(job_id)
+        jobs.assign(job_id, node_id, NODE_NAME)
+        jobs.report(job_id, node_id, {"type": "started", "commit": COMMIT, "accelerators": [0]})
+        jobs.report(job_id, node_id, {"type": "exited", "exit_code": 0})
+
+
+def new_ledger(settings: Settings) -> tuple[TrainingJobs, str]:
+    """A ledger with one node and one warm-up job (another owner's, so lists leave it out)."""
+    jobs = TrainingJobs(env=settings.event_store_env())
+    node_id, _ = jobs.register_node(NODE_NAME, 8, "H100")
+    run_lifecycles(jobs, node_id, range(1), "warm-up", owner="warm-up")
+    return jobs, node_id
+
+
+def payloads(count: int, size: int) -> list[bytes]:
+    """Distinct JSON documents of ``size`` bytes each (about the ledger's mean state size)."""
+    result = []
+    for index in range(count):
+        head = json.dumps({"originator_id": uuid.uuid4().hex, "seq": index, "pad": ""})
+        pad = max(0, size - len(head))
+        result.append(head.replace('"pad": ""', f'"pad": "{"x" * pad}"').encode())
+    return result
+
+
+def slices(count: int) -> list[range]:
+    bounds = [count * k // WRITE_SLICES for k in range(WRITE_SLICES + 1)]
+    return [range(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+
+
+class WriteResult:
+    def __init__(self) -> None:
+        self.events_per_job = 0.0
+        self.events = 0  # the timed lifecycles' events
+        self.ledger_events = 0  # everything in the ledger (node, warm-up job too)
+        self.payload = 0
+        self.ledger_s = 0.0
+        self.baseline_s = 0.0
+
+
+def bench_write(
+    store: Store, job_count: int, repeats: int, keep: ExitStack
+) -> tuple[WriteResult, Settings, Path]:
+    """Fresh database per repeat; the last one stays open (on ``keep``) for the next steps.
+
+    The jobs run in WRITE_SLICES slices, each next to its own baseline slice (the order
+    alternating), so that load on the machine hits both alike."""
+    result = WriteResult()
+    ledger_times: list[float] = []
+    baseline_times: list[float] = []
+    settings, work = None, None
+    for repeat in range(repeats):
+        with ExitStack() as stack:
+            settings, work = stack.enter_context(store.fresh())
+            url = settings.resolved_database_url
+            jobs, node_id = new_ledger(settings)
+            stack.callback(jobs.close)
+            insert = stack.enter_context(store.raw_inserter(url))
+            before = jobs.recorder.max_notification_id() or 0
+            ledger_s = baseline_s = 0.0
+            for index, names in enumerate(slices(job_count)):
+                lifecycles = partial(run_lifecycles, jobs, node_id, names, f"job-r{repeat}")
+                if not result.events_per_job:  # calibrate: events per job, payload size
+                    ledger_s += timed(lifecycles)
+                    written = (jobs.recorder.max_notification_id() or 0) - before
+                    result.events_per_job = written / len(names)
+                    result.payload = store.mean_payload(url)
+                    rows = payloads(written, result.payload)
+                    baseline_s += insert(rows)
+                    continue
+                rows = payloads(round(result.events_per_job * len(names)), result.payload)
+                if (index + repeat) % 2 == 0:
+                    ledger_s += timed(lifecycles)
+                    baseline_s += insert(rows)
+                else:
+                    baseline_s += insert(rows)
+                    ledger_s += timed(lifecycles)
+            result.events = (jobs.recorder.max_notification_id() or 0) - before
+            result.ledger_events = jobs.recorder.max_notification_id() or 0
+            ledger_times.append(ledger_s)
+            baseline_times.append(baseline_s)
+            if repeat == repeats - 1:
+                keep.push(stack.pop_all())  # closed by the caller after steps 2 and 3
+    assert settings is not None and work is not None
+    result.ledger_s = statistics.median(ledger_times)
+    result.baseline_s = statistics.median(baseline_times)
+    return result, settings, work
+
+
+# -- step 2: projection catch-up ------------------------------------------------------------
+
+
+def bench_project(
+    store: Store, settings: Settings, work: Path, write: WriteResult, repeats: int
+) -> tuple[float, float]:
+    """Median catch-up time over the whole ledger, and of the raw baseline for as many rows,
+    measured next to it (the order alternating)."""
+    url = settings.resolved_database_url
+    times: list[float] = []
+    baseline_times: list[float] = []
+    with store.raw_inserter(url) as insert:
+        for repeat in range(repeats):
+            rows = payloads(write.ledger_events, write.payload)
+            if repeat % 2:
+                baseline_times.append(insert(rows))
+            jobs = TrainingJobs(env=settings.event_store_env())
+            try:
+                with store.view_database(url, work, f"r{repeat}") as (database, _):
+                    projector = Projector(jobs, database)  # creates the tables: not timed
+                    times.append(timed(projector.catch_up))
+                    assert projector.position() == write.ledger_events
+            finally:
+                jobs.close()
+            if not repeat % 2:
+                baseline_times.append(insert(rows))
+    return statistics.median(times), statistics.median(baseline_times)
+
+
+# -- step 3: the read path ------------------------------------------------------------------
+
+
+def bench_read(
+    store: Store, settings: Settings, work: Path, job_count: int, repeats: int
+) -> dict[str, float]:
+    """Median latency per call (median over repeats of the median over READ_CALLS calls)."""
+    url = settings.resolved_database_url
+    jobs = TrainingJobs(env=settings.event_store_env())
+    samples: dict[str, list[float]] = {"list": [], "by_name": [], "select1": [], "wrapped": []}
+    rows_listed = 0
+    try:
+        with store.view_database(url, work, "read") as (database, view_url), store.raw_select_one(
+            view_url
+        ) as select_one:
+            Projector(jobs, database).catch_up()
+            queries = Queries(database)
+            names = [f"job-r{repeats - 1}-{i:05d}" for i in range(job_count)]
+            random.Random(7).shuffle(names)
+            rows_listed = len(queries.list_jobs(OWNER))
+            assert queries.job_by_name(OWNER, names[-1]) is not None
+
+            def wrapped_select_one() -> None:
+                with database.transaction() as cursor:
+                    cursor.execute("SELECT 1")
+                    cursor.fetchone()
+
+            cycle = itertools.cycle(names)
+            calls: dict[str, Callable[[], Any]] = {
+                "select1": select_one,
+                "wrapped": wrapped_select_one,
+                "list": lambda: queries.list_jobs(OWNER),
+                "by_name": lambda: queries.job_by_name(OWNER, next(cycle)),
+            }
+            for call in calls.values():
+                call()  # warm up
+            for _ in range(repeats):
+                # Round robin, one call of each in turn, so that noise hits all alike.
+                times: dict[str, list[float]] = {key: [] for key in calls}
+                for _ in range(READ_CALLS):
+                    for key, call in calls.items():
+                        start = time.perf_counter()
+                        call()
+                        times[key].append(time.perf_counter() - start)
+                for key, values in times.items():
+                    samples[key].append(statistics.median(values))
+    finally:
+        jobs.close()
+    result = {key: statistics.median(values) for key, values in samples.items()}
+    result["rows_listed"] = rows_listed
+    return result
+
+
+# -- step 4: the log path -------------------------------------------------------------------
+
+
+def bench_log(repeats: int) -> dict[str, float]:
+    chunks = logpath.log_chunks()
+    store_write: list[float] = []
+    store_read: list[float] = []
+    plain_write: list[float] = []
+    plain_read: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="flexai-bench-log-") as tmp:
+        store = LocalArtifactStore(Path(tmp) / "artifacts")
+        for repeat in range(repeats * LOG_ROUNDS):
+            job_id = str(uuid.uuid4())
+            plain = Path(tmp) / "plain" / f"{repeat}.txt"
+            rounds = [
+                (partial(logpath.store_round, store, job_id, chunks), store_write, store_read),
+                (partial(logpath.plain_round, plain, chunks), plain_write, plain_read),
+            ]
+            if repeat % 2:
+                rounds.reverse()
+            for run, writes, reads in rounds:
+                write_s, read_s = run()
+                writes.append(write_s)
+                reads.append(read_s)
+        rss_store = log_rss_child("store", Path(tmp) / "rss-store")
+        rss_plain = log_rss_child("plain", Path(tmp) / "rss-plain")
+    return {
+        "bytes": float(sum(map(len, chunks))),
+        "chunks": float(len(chunks)),
+        "store_write": statistics.median(store_write),
+        "store_read": statistics.median(store_read),
+        "plain_write": statistics.median(plain_write),
+        "plain_read": statistics.median(plain_read),
+        "rss_store": rss_store,
+        "rss_plain": rss_plain,
+    }
+
+
+def log_rss_child(mode: str, directory: Path) -> float:
+    """Peak RSS growth of one log write+read round, in a fresh, lightly loaded process."""
+    # Through sh, which forks again: Linux carries ru_maxrss across exec, so a child exec'd
+    # straight from this (large) process would start with this process's peak and show none.
+    output = subprocess.run(
+        ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, logpath.__file__, mode, str(directory)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(json.loads(output.strip().splitlines()[-1])["rss_growth"])
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+def bench_store(store: Store, job_count: int, repeats: int, table: Table) -> None:
+    with ExitStack() as keep:
+        started = time.perf_counter()
+        write, settings, work = bench_write(store, job_count, repeats, keep)
+        project_s, project_baseline_s = bench_project(store, settings, work, write, repeats)
+        read = bench_read(store, settings, work, job_count, repeats)
+        elapsed = time.perf_counter() - started
+    events = write.events
+    table.section(
+        f"{store.name}: {job_count} jobs, {events} events, mean payload {write.payload} B, "
+        f"{elapsed:.1f} s"
+    )
+    baseline = rate(events, write.baseline_s)
+    table.add("write: ledger lifecycle", rate(events, write.ledger_s), baseline,
+              write.ledger_s / write.baseline_s)
+    table.add("write: ledger, per job", f"{write.ledger_s / job_count * 1e3:.2f} ms",
+              f"{write.baseline_s / job_count * 1e3:.2f} ms", write.ledger_s / write.baseline_s)
+    table.add(f"project: catch-up from 0 ({write.ledger_events} ev)",
+              rate(write.ledger_events, project_s),
+              rate(write.ledger_events, project_baseline_s), project_s / project_baseline_s)
+    select1 = micros(read["select1"])
+    table.add("read: SELECT 1 via projections.db", micros(read["wrapped"]), select1,
+              read["wrapped"] / read["select1"])
+    table.add(f"read: list_jobs ({int(read['rows_listed'])} rows)", micros(read["list"]),
+              select1, read["list"] / read["select1"])
+    table.add("read: job_by_name", micros(read["by_name"]), select1,
+              read["by_name"] / read["select1"])
+
+
+def bench_files(repeats: int, table: Table) -> None:
+    log = bench_log(repeats)
+    size = log["bytes"]
+    table.section(
+        f"files: {logpath.LOG_LINES} lines, {size / 1024:,.0f} KiB in {int(log['chunks'])} chunks"
+    )
+    table.add("log: append_log (256 KiB chunks)", rate(int(size), log["store_write"] * 2**20,
+              "MiB/s"), rate(int(size), log["plain_write"] * 2**20, "MiB/s"),
+              log["store_write"] / log["plain_write"])
+    table.add("log: read_log (1 MiB chunks)", rate(int(size), log["store_read"] * 2**20,
+              "MiB/s"), rate(int(size), log["plain_read"] * 2**20, "MiB/s"),
+              log["store_read"] / log["plain_read"])
+    table.add("log: peak RSS growth / bytes written", f"{log['rss_store'] / 1024:,.0f} KiB",
+              f"{size / 1024:,.0f} KiB", log["rss_store"] / size)
+    table.add("log: same, plain write+read", f"{log['rss_plain'] / 1024:,.0f} KiB",
+              f"{size / 1024:,.0f} KiB", log["rss_plain"] / size)
+
+
+def profile_step(step: str, store: Store, job_count: int) -> None:
+    profiler = cProfile.Profile()
+    if step == "log":
+        chunks = logpath.log_chunks()
+        with tempfile.TemporaryDirectory() as tmp:
+            artifacts = LocalArtifactStore(Path(tmp))
+
+            def log_round() -> None:  # store_round without its gc.collect() calls
+                offset = 0
+                for chunk in chunks:
+                    offset = artifacts.append_log("job", offset, chunk)
+                offset = 0
+                while data := artifacts.read_log("job", offset, logpath.READ_CHUNK):
+                    offset += len(data)
+
+            profiler.runcall(log_round)
+    else:
+        with store.fresh() as (settings, work):
+            jobs, node_id = new_ledger(settings)
+            if step == "write":
+                profiler.runcall(run_lifecycles, jobs, node_id, range(job_count), "job-r0")
+            else:
+                run_lifecycles(jobs, node_id, range(job_count), "job-r0")
+                with store.view_database(settings.resolved_database_url, work, "p") as (db, _):
+                    projector = Projector(jobs, db)
+                    if step == "project":
+                        profiler.runcall(projector.catch_up)
+                    else:
+                        projector.catch_up()
+                        queries = Queries(db)
+
+                        def reads() -> None:
+                            for index in range(READ_CALLS):
+                                queries.list_jobs(OWNER)
+                                queries.job_by_name(OWNER, f"job-r0-{index % job_count:05d}")
+
+                        profiler.runcall(reads)
+            jobs.close()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    stats.sort_stats("cumulative").print_stats(25)
+    stats.sort_stats("tottime").print_stats(15)
+    print(out.getvalue())
+
+
+def postgres_available() -> str | None:
+    try:
+        import psycopg
+
+        from tests.pg import POSTGRES_ADMIN_URL
+
+        psycopg.connect(POSTGRES_ADMIN_URL, connect_timeout=3).close()
+    except Exception as error:  # report and carry on with the other store
+        return str(error).strip().splitlines()[0]
+    return None
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=positive, default=300)
+    parser.add_argument("--store", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--repeats", type=positive, default=3)
+    parser.add_argument("--profile", choices=("write", "project", "read", "log"))
+    args = parser.parse_args()
+    stores: list[Store] = []
+    skipped = []
+    if args.store in ("sqlite", "both"):
+        stores.append(SQLiteStore())
+    if args.store in ("postgres", "both"):
+        problem = postgres_available()
+        if problem is None:
+            stores.append(PostgresStore())
+        else:
+            skipped.append(f"postgres skipped: {problem}")
+    if args.profile:
+        if not stores:
+            print("\n".join(skipped), file=sys.stderr)
+            return 1
+        profile_step(args.profile, stores[0], args.jobs)
+        return 0
+
+    started = time.perf_counter()
+    table = Table()
+    for store in stores:
+        bench_store(store, args.jobs, args.repeats, table)
+    bench_files(args.repeats, table)
+    print(table.render())
+    for line in skipped:
+        print(line)
+    print(f"(median of {args.repeats}; ratio = subject time / baseline time, lower is better; "
+          f"total {time.perf_counter() - started:.1f} s)")
+    return 1 if skipped and args.store == "postgres" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
