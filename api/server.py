@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "flexai" / "server"
 
@@ -28,6 +33,27 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-client-config", action="store_true",
                         help="do not write the client config file")
     return parser.parse_args(argv)  # fmt: skip
+
+
+def _quiet_exit_server(config: Any) -> Any:
+    """A uvicorn server that ends on SIGTERM/SIGINT with exit code 0, not by re-raising them."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            signals = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=3,
     )  # fmt: skip
     try:
-        uvicorn.Server(config).run()
+        _quiet_exit_server(config).run()
     finally:
         services.close()
+    print("flexai server stopped", flush=True)
     return 0
 
 
