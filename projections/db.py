@@ -30,12 +30,15 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-class _SQLiteCursor:
-    def __init__(self, cursor: sqlite3.Cursor) -> None:
+class _Cursor:
+    """A DB-API cursor that takes ``?`` placeholders and returns rows as dicts."""
+
+    def __init__(self, cursor: Any, placeholder: str = "?") -> None:
         self._cursor = cursor
+        self._placeholder = placeholder
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._cursor.execute(sql, tuple(params))
+        self._cursor.execute(sql.replace("?", self._placeholder), tuple(params))
 
     def fetchone(self) -> Row | None:
         row = self._cursor.fetchone()
@@ -69,7 +72,7 @@ class SQLiteDatabase:
         connection = self._connection()
         connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            yield _SQLiteCursor(connection.cursor())
+            yield _Cursor(connection.cursor())
         except BaseException:
             connection.execute("ROLLBACK")
             raise
@@ -80,21 +83,6 @@ class SQLiteDatabase:
         if connection is not None:
             connection.close()
             self._local.connection = None
-
-
-class _PostgresCursor:
-    def __init__(self, cursor: Any) -> None:
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._cursor.execute(sql.replace("?", "%s"), tuple(params))
-
-    def fetchone(self) -> Row | None:
-        row = self._cursor.fetchone()
-        return dict(row) if row is not None else None
-
-    def fetchall(self) -> list[Row]:
-        return [dict(row) for row in self._cursor.fetchall()]
 
 
 class PostgresDatabase:
@@ -115,7 +103,7 @@ class PostgresDatabase:
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
         with self._pool.connection() as connection, connection.transaction():
-            yield _PostgresCursor(connection.cursor())
+            yield _Cursor(connection.cursor(), placeholder="%s")
 
     def close(self) -> None:
         self._pool.close()
