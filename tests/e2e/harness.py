@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from tests.pg import fresh_database
+from tests.support import make_repo
 
 FLEXAI = [sys.executable, "-m", "cli.main"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,28 +175,6 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         yield cluster
 
 
-def git(repo: Path, *args: str) -> str:
-    result = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
-        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"},
-    )  # fmt: skip
-    return result.stdout.strip()
-
-
-def make_repo(path: Path, files: dict[str, str]) -> Path:
-    """A real git repository holding ``files`` in one commit on branch main."""
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(textwrap.dedent(text))
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "training code")
-    return path
-
-
 @pytest.fixture
 def repo_factory(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
     counter = iter(range(1000))
@@ -211,29 +189,3 @@ def repo_factory(tmp_path: Path) -> Callable[[dict[str, str]], Path]:
 def job_name(request: pytest.FixtureRequest) -> str:
     """A name unique to the test, within the 63-character limit."""
     return f"t-{uuid.uuid4().hex[:8]}"
-
-
-def build_wheel(directory: Path, name: str, version: str, module_source: str) -> Path:
-    """A real, minimal pure-Python wheel, so tests install dependencies without an index."""
-    import base64
-    import hashlib
-    import zipfile
-
-    dist_info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}.py": module_source,
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    record.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"
-    wheel = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return wheel

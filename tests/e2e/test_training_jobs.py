@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Cluster, build_wheel
+from tests.e2e.harness import Cluster
+from tests.support import build_wheel
 
 pytestmark = pytest.mark.e2e
 RepoFactory = Callable[[dict[str, str]], Path]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
 import subprocess
 import threading
 import zipfile
@@ -22,26 +19,7 @@ from node_agent.build import (
     JobBuild,
 )
 from node_agent.models import JobDirs, JobSpec
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Ada",
-    "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada",
-    "GIT_COMMITTER_EMAIL": "ada@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        env={**os.environ, **GIT_ENV},
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout.strip()
+from tests.support import build_wheel, git, make_repo
 
 
 def commit_file(repo: Path, name: str, text: str, message: str) -> str:
@@ -55,12 +33,9 @@ class Repo:
     """main: first -> second; tag v1 on first; branch feature: first -> third."""
 
     def __init__(self, root: Path) -> None:
-        self.path = root / "origin"
-        self.path.mkdir()
-        git(self.path, "init", "-q", "-b", "main")
-        (self.path / "requirements.txt").write_text("# nothing to install\n")
-        git(self.path, "add", "requirements.txt")
-        self.first = commit_file(self.path, "train.py", "print('first')\n", "first")
+        files = {"requirements.txt": "# nothing to install\n", "train.py": "print('first')\n"}
+        self.path = make_repo(root / "origin", files)
+        self.first = git(self.path, "rev-parse", "HEAD")
         git(self.path, "tag", "v1")
         self.second = commit_file(self.path, "train.py", "print('second')\n", "second")
         git(self.path, "checkout", "-q", "-b", "feature", self.first)
@@ -194,7 +169,9 @@ def test_requirements_are_installed_into_the_jobs_own_venv(
 ) -> None:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
-    write_wheel(wheels, "hello_flexai", "GREETING = 'hello from the job venv'\n")
+    build_wheel(
+        wheels, "hello_flexai", "1.0", "GREETING = 'hello from the job venv'\n", package=True
+    )
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     commit_file(repo.path, "requirements.txt", "hello-flexai\n", "deps")
@@ -283,26 +260,3 @@ def test_a_stop_during_the_build_cancels_it(tmp_path: Path, repo: Repo) -> None:
     spec = JobSpec(repository_url=str(repo.path), entry_point=("train.py",))
     with pytest.raises(BuildCancelled):
         JobBuild(spec, dirs, log=lambda _: None, cancel=cancel).run()
-
-
-def write_wheel(directory: Path, package: str, code: str) -> Path:
-    """A minimal pure-Python wheel, so pip can install without an index."""
-    dist = package.replace("_", "-")
-    info = f"{package}-1.0.dist-info"
-    files = {
-        f"{package}/__init__.py": code,
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{name},sha256={digest.decode()},{len(text.encode())}")
-    record.append(f"{info}/RECORD,,")
-    path = directory / f"{package}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as wheel:
-        for name, text in files.items():
-            wheel.writestr(name, text)
-        wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return path

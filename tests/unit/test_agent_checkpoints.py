@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from node_agent.checkpoints import CheckpointWatcher, zip_tree
+from tests.support import unzip
 
 
 class RecordingClient:
@@ -17,9 +18,7 @@ class RecordingClient:
 
     def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
         assert (job_id, node_id) == ("job-1", "node-1")
-        with zipfile.ZipFile(archive) as bundle:
-            files = {info.filename: bundle.read(info) for info in bundle.infolist()}
-        self.uploads.append((name, files))
+        self.uploads.append((name, unzip(archive)))
 
     @property
     def names(self) -> list[str]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -13,6 +13,7 @@ import pytest
 
 from node_agent.client import ControlPlaneClient
 from node_agent.logship import LogShipper
+from tests.support import serve_json, server_url
 
 
 class LogStore:
@@ -43,26 +44,16 @@ class LogStore:
 
 
 def serve(store: LogStore) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            url = urlparse(self.path)
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            assert self.headers["Authorization"] == "Bearer t0ken"
-            assert url.path == "/v1/agent/jobs/job-1/logs"
-            status, answer = store.append(int(parse_qs(url.query)["offset"][0]), body)
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def answer(
+        method: str, path: str, headers: Message, body: bytes
+    ) -> tuple[int, dict[str, object]]:
+        url = urlparse(path)
+        assert method == "POST"
+        assert headers["Authorization"] == "Bearer t0ken"
+        assert url.path == "/v1/agent/jobs/job-1/logs"
+        return store.append(int(parse_qs(url.query)["offset"][0]), body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    return server
+    return serve_json(answer)
 
 
 @pytest.fixture
@@ -73,7 +64,7 @@ def store() -> LogStore:
 @pytest.fixture
 def client(store: LogStore) -> Iterator[ControlPlaneClient]:
     server = serve(store)
-    client = ControlPlaneClient(f"http://127.0.0.1:{server.server_address[1]}", "t0ken")
+    client = ControlPlaneClient(server_url(server), "t0ken")
     yield client
     client.close()
     server.shutdown()

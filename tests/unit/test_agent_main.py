@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -20,14 +18,7 @@ from urllib.parse import urlparse
 import pytest
 
 from node_agent.main import main
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Ada",
-    "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada",
-    "GIT_COMMITTER_EMAIL": "ada@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from tests.support import alive, job_repo, serve_json, server_url, wait_until
 
 NEXT_STATUS = {
     "enqueued": "enqueued",
@@ -107,47 +98,15 @@ class ControlPlane:
 def plane() -> Iterator[tuple[ControlPlane, str]]:
     state = ControlPlane()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.answer("GET")
+    def answer(method: str, path: str, headers: Message, body: bytes) -> tuple[int, Any]:
+        if headers.get("Authorization") != f"Bearer {state.token}":
+            unauthorized = "https://flexai.dev/problems/unauthorized"
+            return 401, {"type": unauthorized, "detail": "bad token"}
+        return state.handle(method, urlparse(path).path, body)
 
-        def do_POST(self) -> None:
-            self.answer("POST")
-
-        def do_PUT(self) -> None:
-            self.answer("PUT")
-
-        def answer(self, method: str) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if self.headers.get("Authorization") != f"Bearer {state.token}":
-                unauthorized = "https://flexai.dev/problems/unauthorized"
-                status, payload = 401, {"type": unauthorized, "detail": "bad token"}
-            else:
-                status, payload = state.handle(method, urlparse(self.path).path, body)
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    server = serve_json(answer)
+    yield state, server_url(server)
     server.shutdown()
-
-
-def make_repo(root: Path, train_py: str) -> str:
-    repo = root / "origin"
-    repo.mkdir()
-    (repo / "train.py").write_text(train_py)
-    (repo / "requirements.txt").write_text("")
-    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "job"]):
-        subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True)
-    return str(repo)
 
 
 AGENTS: list[subprocess.Popen[str]] = []
@@ -179,32 +138,17 @@ def start_agent(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen[str]:
     return agent
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def terminate(agent: subprocess.Popen[str]) -> tuple[int, str]:
     agent.send_signal(signal.SIGTERM)
     _, stderr = agent.communicate(timeout=20)
     return agent.returncode, stderr
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_the_agent_runs_an_assigned_job_to_success_and_stops_on_sigterm(
     tmp_path: Path, plane: tuple[ControlPlane, str]
 ) -> None:
     state, url = plane
-    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, "print('trained')\n"))
+    state.add_job("job-1", "building", ["train.py"], str(job_repo(tmp_path, "print('trained')\n")))
     agent = start_agent(tmp_path, url)
     wait_until(lambda: state.status("job-1") == "succeeded")
     assert "trained" in state.log_text("job-1")
@@ -220,14 +164,21 @@ def test_the_agent_runs_an_assigned_job_to_success_and_stops_on_sigterm(
 LONG_JOB = "import os, time\nprint('PID', os.getpid(), flush=True)\ntime.sleep(600)\n"
 
 
+def start_long_job(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> tuple[ControlPlane, subprocess.Popen[str], int]:
+    """An agent running job-1, which sleeps; the job's pid once it has printed it."""
+    state, url = plane
+    state.add_job("job-1", "building", ["train.py"], str(job_repo(tmp_path, LONG_JOB)))
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: "PID" in state.log_text("job-1"))
+    return state, agent, int(state.log_text("job-1").split("PID ")[1].split()[0])
+
+
 def test_sigterm_ends_the_processes_of_the_running_jobs_too(
     tmp_path: Path, plane: tuple[ControlPlane, str]
 ) -> None:
-    state, url = plane
-    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, LONG_JOB))
-    agent = start_agent(tmp_path, url)
-    wait_until(lambda: "PID" in state.log_text("job-1"))
-    pid = int(state.log_text("job-1").split("PID ")[1].split()[0])
+    state, agent, pid = start_long_job(tmp_path, plane)
     assert alive(pid)
     code, stderr = terminate(agent)
     assert code == 0
@@ -238,11 +189,7 @@ def test_sigterm_ends_the_processes_of_the_running_jobs_too(
 def test_a_users_stop_reaches_the_running_job_through_the_poll(
     tmp_path: Path, plane: tuple[ControlPlane, str]
 ) -> None:
-    state, url = plane
-    state.add_job("job-1", "building", ["train.py"], make_repo(tmp_path, LONG_JOB))
-    agent = start_agent(tmp_path, url)
-    wait_until(lambda: "PID" in state.log_text("job-1"))
-    pid = int(state.log_text("job-1").split("PID ")[1].split()[0])
+    state, agent, pid = start_long_job(tmp_path, plane)
     with state.lock:
         state.jobs["job-1"]["status"] = "stop in progress"
     wait_until(lambda: state.status("job-1") == "stopped")

@@ -9,40 +9,20 @@ import time
 from pathlib import Path
 
 from node_agent.processes import GroupProcess, exit_code, run_command
-
-# A leader and two children, all ignoring SIGTERM; each prints its pid.
-STUBBORN = """
-import os, signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-child = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-child += "os.write(1, b'%d\\\\n' % os.getpid()); time.sleep(600)"
-for _ in range(2):
-    subprocess.Popen([sys.executable, "-c", child])
-os.write(1, b"%d\\n" % os.getpid())  # one write: the three processes share the pipe
-time.sleep(600)
-"""
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
+from tests.support import STUBBORN_GROUP, alive
 
 
 def collect(lines: list[bytes], count: int, timeout: float = 10.0) -> list[int]:
     deadline = time.monotonic() + timeout
     while len(lines) < count and time.monotonic() < deadline:
         time.sleep(0.02)
-    return [int(line) for line in lines[:count]]
+    return [int(line.split()[1]) for line in lines[:count]]  # b"PID <pid>\n"
 
 
 def test_stopping_a_group_that_ignores_sigterm_leaves_no_process(tmp_path: Path) -> None:
     lines: list[bytes] = []
     process = GroupProcess(
-        [sys.executable, "-c", STUBBORN], cwd=tmp_path, env=os.environ, on_output=lines.append
+        [sys.executable, "-c", STUBBORN_GROUP], cwd=tmp_path, env=os.environ, on_output=lines.append
     )
     try:
         pids = collect(lines, 3)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
-import time
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +14,7 @@ from node_agent.accelerators import AcceleratorPool
 from node_agent.client import ApiError
 from node_agent.models import Assignment, JobDirs, JobSpec
 from node_agent.supervisor import JobSupervisor, SupervisorSettings
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Ada",
-    "GIT_AUTHOR_EMAIL": "ada@example.com",
-    "GIT_COMMITTER_NAME": "Ada",
-    "GIT_COMMITTER_EMAIL": "ada@example.com",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-}
+from tests.support import STUBBORN_GROUP, alive, git, job_repo, unzip, wait_until
 
 REPORTED_STATUS = {
     "enqueued": "enqueued",
@@ -90,29 +79,10 @@ class FakeControlPlane:
         return max(i for i, event in enumerate(self.events) if event[:2] == (kind, job_id))
 
 
-def unzip(archive: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(archive) as bundle:
-        return {info.filename: bundle.read(info) for info in bundle.infolist()}
-
-
-def make_repo(root: Path, train_py: str) -> tuple[str, str]:
-    repo = root / "origin"
-    repo.mkdir()
-    (repo / "train.py").write_text(train_py)
-    (repo / "requirements.txt").write_text("")
-    for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-q", "-m", "job"]):
-        subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV}, check=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    return str(repo), commit
-
-
-def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+def repo_and_commit(root: Path, train_py: str) -> tuple[str, str]:
+    """The job's repository (see ``job_repo``), as its URL and its commit."""
+    repo = job_repo(root, train_py)
+    return str(repo), git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture
@@ -194,7 +164,7 @@ print("last line", file=sys.stderr)
 def test_a_job_runs_in_its_environment_and_reports_exited_after_logs_checkpoints_and_outputs(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, commit = make_repo(tmp_path, REPORTING_JOB)
+    url, commit = repo_and_commit(tmp_path, REPORTING_JOB)
     supervisor = supervise(
         tmp_path, plane, url, entry_point=["train.py", "--lr", "0.1"], env={"LR": "0.1"}
     )
@@ -243,7 +213,7 @@ def test_a_job_runs_in_its_environment_and_reports_exited_after_logs_checkpoints
 def test_a_failing_entry_point_reports_its_exit_code(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, "import sys\nprint('boom')\nsys.exit(3)\n")
+    url, _ = repo_and_commit(tmp_path, "import sys\nprint('boom')\nsys.exit(3)\n")
     supervise(tmp_path, plane, url).join(30)
     assert plane.reports("job-1") == ["started", "exited"]
     assert plane.report_facts("job-1", "exited")["exit_code"] == 3
@@ -251,30 +221,10 @@ def test_a_failing_entry_point_reports_its_exit_code(
     assert ("outputs", "job-1", {}) in plane.events
 
 
-STUBBORN_JOB = """
-import os, signal, subprocess, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-child = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-child += "os.write(1, b'PID %d\\\\n' % os.getpid()); time.sleep(600)"
-for _ in range(2):
-    subprocess.Popen([sys.executable, "-c", child])
-os.write(1, b"PID %d\\n" % os.getpid())  # one write: the three processes share the pipe
-time.sleep(600)
-"""
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_stopping_a_job_ends_every_process_of_its_group_then_reports_stopped(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, STUBBORN_JOB)
+    url, _ = repo_and_commit(tmp_path, STUBBORN_GROUP)
     supervisor = supervise(tmp_path, plane, url)
 
     def pids() -> list[int]:
@@ -303,7 +253,7 @@ print("ran on", os.environ["CUDA_VISIBLE_DEVICES"])
 def test_a_job_needing_busy_accelerators_is_enqueued_then_started_once_they_are_freed(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, commit = make_repo(tmp_path, WAITING_JOB)
+    url, commit = repo_and_commit(tmp_path, WAITING_JOB)
     pool = AcceleratorPool(1)
     flag = tmp_path / "release"
     first = supervise(tmp_path, plane, url, "job-a", pool, env={"WAIT_FOR": str(flag)})
@@ -323,7 +273,7 @@ def test_a_job_needing_busy_accelerators_is_enqueued_then_started_once_they_are_
 def test_a_stop_while_enqueued_reports_stopped_without_running_anything(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, "print('should not run')\n")
+    url, _ = repo_and_commit(tmp_path, "print('should not run')\n")
     pool = AcceleratorPool(1)
     pool.acquire("someone-else", 1, cancel=threading.Event())
     supervisor = supervise(tmp_path, plane, url, pool=pool)
@@ -337,7 +287,7 @@ def test_a_stop_while_enqueued_reports_stopped_without_running_anything(
 def test_a_build_failure_is_reported_with_its_code_after_the_logs(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, "print('hi')\n")
+    url, _ = repo_and_commit(tmp_path, "print('hi')\n")
     supervise(tmp_path, plane, url, repository_revision="nope").join(30)
     assert plane.reports("job-1") == ["build_failed"]
     facts = plane.report_facts("job-1", "build_failed")
@@ -351,7 +301,7 @@ def test_an_exit_refused_because_the_user_stopped_the_job_is_reported_as_stopped
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
     plane.refuse["exited"] = "stop in progress"
-    url, _ = make_repo(tmp_path, "print('quick')\n")
+    url, _ = repo_and_commit(tmp_path, "print('quick')\n")
     supervise(tmp_path, plane, url).join(30)
     assert plane.reports("job-1") == ["started", "stopped"]
 
@@ -359,7 +309,7 @@ def test_an_exit_refused_because_the_user_stopped_the_job_is_reported_as_stopped
 def test_a_job_asking_for_more_accelerators_than_the_node_has_fails_its_build(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, "print('hi')\n")
+    url, _ = repo_and_commit(tmp_path, "print('hi')\n")
     supervise(tmp_path, plane, url, accels=3).join(30)
     assert plane.reports("job-1") == ["build_failed"]
     assert plane.report_facts("job-1", "build_failed")["message"] == (
@@ -370,14 +320,12 @@ def test_a_job_asking_for_more_accelerators_than_the_node_has_fails_its_build(
 def test_an_entry_point_the_system_cannot_execute_exits_with_126(
     tmp_path: Path, plane: FakeControlPlane
 ) -> None:
-    url, _ = make_repo(tmp_path, "print('hi')\n")
+    url, _ = repo_and_commit(tmp_path, "print('hi')\n")
     script = Path(url) / "run"
     script.write_bytes(b"\x00not a program")
     script.chmod(0o755)
-    subprocess.run(["git", "add", "run"], cwd=url, check=True)
-    subprocess.run(
-        ["git", "commit", "-q", "-m", "run"], cwd=url, env={**os.environ, **GIT_ENV}, check=True
-    )
+    git(url, "add", "run")
+    git(url, "commit", "-q", "-m", "run")
     supervise(tmp_path, plane, url, entry_point=["run"]).join(30)
     assert plane.reports("job-1") == ["started", "exited"]
     assert plane.report_facts("job-1", "exited")["exit_code"] == 126
@@ -391,7 +339,7 @@ def test_cleaning_up_a_finished_job_leaves_its_datasets_untouched(
     (datasets / "mnist").mkdir(parents=True)
     (datasets / "mnist" / "train.csv").write_text("1,2\n")
     job = "import os\nprint(open(os.environ['FLEXAI_INPUT_DIR'] + '/mnist/train.csv').read())\n"
-    url, _ = make_repo(tmp_path, job)
+    url, _ = repo_and_commit(tmp_path, job)
     supervise(tmp_path, plane, url, datasets=("mnist",), datasets_dir=datasets).join(30)
     assert plane.reports("job-1") == ["started", "exited"]
     assert "1,2" in plane.log_text("job-1")

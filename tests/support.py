@@ -1,0 +1,170 @@
+"""Helpers shared by the unit and end-to-end tests: real git repositories, minimal wheels,
+a tiny JSON HTTP server, and process checks."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import textwrap
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# --- git --------------------------------------------------------------------------------------
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Ada",
+    "GIT_AUTHOR_EMAIL": "ada@example.com",
+    "GIT_COMMITTER_NAME": "Ada",
+    "GIT_COMMITTER_EMAIL": "ada@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+def git(repo: Path | str, *args: str) -> str:
+    """Runs ``git args`` in ``repo`` with a fixed identity; its stdout, stripped."""
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args],
+        env={**os.environ, **GIT_ENV},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip()
+
+
+def make_repo(path: Path, files: dict[str, str]) -> Path:
+    """A real git repository holding ``files`` (dedented) in one commit on branch main."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "training code")
+    return path
+
+
+def job_repo(root: Path, train_py: str) -> Path:
+    """``root/origin``: a job's repository, ``train.py`` and an empty requirements.txt."""
+    return make_repo(root / "origin", {"train.py": train_py, "requirements.txt": ""})
+
+
+# --- wheels -----------------------------------------------------------------------------------
+
+
+def build_wheel(
+    directory: Path, name: str, version: str, source: str, *, package: bool = False
+) -> Path:
+    """A real, minimal pure-Python wheel, so pip installs dependencies without an index.
+
+    ``source`` becomes the module ``name.py``, or ``name/__init__.py`` with ``package``.
+    """
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py" if package else f"{name}.py": source,
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: {version}\n"
+        ),
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = "\n".join(record) + "\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def unzip(archive: Path) -> dict[str, bytes]:
+    """Every file of a zip archive, by its name."""
+    with zipfile.ZipFile(archive) as bundle:
+        return {info.filename: bundle.read(info) for info in bundle.infolist()}
+
+
+# --- a JSON HTTP server -----------------------------------------------------------------------
+
+JsonHandler = Callable[[str, str, Message, bytes], tuple[int, Any]]
+
+
+def serve_json(handle: JsonHandler) -> ThreadingHTTPServer:
+    """A threaded HTTP server on a free local port, started; ``handle(method, path, headers,
+    body)`` answers GET, POST and PUT with a status and a JSON document. Call ``shutdown()``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.answer("GET")
+
+        def do_POST(self) -> None:
+            self.answer("POST")
+
+        def do_PUT(self) -> None:
+            self.answer("PUT")
+
+        def answer(self, method: str) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            status, document = handle(method, self.path, self.headers, body)
+            data = json.dumps(document).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+def server_url(server: ThreadingHTTPServer) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+# --- processes --------------------------------------------------------------------------------
+
+# A leader and two children, all ignoring SIGTERM; each prints "PID <its pid>".
+STUBBORN_GROUP = """
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+child += "os.write(1, b'PID %d\\\\n' % os.getpid()); time.sleep(600)"
+for _ in range(2):
+    subprocess.Popen([sys.executable, "-c", child])
+os.write(1, b"PID %d\\n" % os.getpid())  # one write: the three processes share the pipe
+time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
+    """Waits for ``condition`` to hold; fails the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
