@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Cluster
-from tests.support import build_wheel
+from tests.support import alive, build_wheel, wait_until
 
 pytestmark = pytest.mark.e2e
 RepoFactory = Callable[[dict[str, str]], Path]
@@ -148,51 +146,36 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is gone for the user: its parent has not reaped it yet
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(") ")[1][0] != "Z"
-    except FileNotFoundError:
-        return False
+def start_stubborn_job(
+    cluster: Cluster, repo_factory: RepoFactory, job_name: str, pid_file: Path
+) -> list[int]:
+    """Run a job whose entry point and its child sleep; return their pids once it runs."""
+    repo = repo_factory({"requirements.txt": "", "train.py": STUBBORN})
+    cluster.flexai("training", "run", job_name, "-u", str(repo), "-E", f"PID_FILE={pid_file}",
+                   "--", "train.py")  # fmt: skip
+    cluster.wait_for(job_name, {"in progress"})
+    wait_until(pid_file.exists, timeout=60)
+    return [int(pid) for pid in pid_file.read_text().split()]
 
 
 def test_stop_while_in_progress_stops_the_job_and_its_processes(
     cluster: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "pids"
-    repo = repo_factory({"requirements.txt": "", "train.py": STUBBORN})
-    cluster.flexai("training", "run", job_name, "-u", str(repo), "-E", f"PID_FILE={pid_file}",
-                   "--", "train.py")  # fmt: skip
-    cluster.wait_for(job_name, {"in progress"})
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    pids = [int(pid) for pid in pid_file.read_text().split()]
-    assert all(_alive(pid) for pid in pids)
+    pids = start_stubborn_job(cluster, repo_factory, job_name, tmp_path / "pids")
+    assert all(alive(pid) for pid in pids)
 
     cluster.flexai("training", "stop", job_name)
     stopped = cluster.wait_for(job_name, {"stopped"}, timeout=60)
 
     assert history_statuses(stopped)[-3:] == ["in progress", "stop in progress", "stopped"]
     assert stopped["stop"]["accelerators_allocated"] is True
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in pids)
+    wait_until(lambda: not any(alive(pid) for pid in pids), timeout=10)
 
 
 def test_delete_is_refused_while_running_and_frees_the_name_once_finished(
     cluster: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
 ) -> None:
-    pid_file = tmp_path / "pids"
-    repo = repo_factory({"requirements.txt": "", "train.py": STUBBORN})
-    cluster.flexai("training", "run", job_name, "-u", str(repo), "-E", f"PID_FILE={pid_file}",
-                   "--", "train.py")  # fmt: skip
-    cluster.wait_for(job_name, {"in progress"})
+    start_stubborn_job(cluster, repo_factory, job_name, tmp_path / "pids")
     refused = cluster.flexai("training", "delete", job_name, check=False)
     assert refused.returncode != 0
     assert "stop" in refused.stderr and "Traceback" not in refused.stderr
