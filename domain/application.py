@@ -13,7 +13,6 @@ from eventsourcing.persistence import RecordConflictError
 
 from domain.model import (
     NAMESPACE,
-    STOPPABLE,
     Actor,
     DomainError,
     JobName,
@@ -259,8 +258,6 @@ def _apply_report(job: TrainingJob, kind: str, report: dict[str, Any], by: Actor
     elif kind == "failed":
         job.fail(code=report["code"], message=report["message"], by=by)
     elif kind == "stopped":
-        if job.status in STOPPABLE:
-            job.request_stop(by=by)
         job.confirm_stopped(by=by)
     elif kind == "stop_failed":
         job.fail_stop(message=report["message"], by=by)

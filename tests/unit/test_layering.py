@@ -1,0 +1,65 @@
+"""House rule 1: the domain imports only the standard library and eventsourcing, and the model
+modules only ``eventsourcing.domain`` of it (checked by reading the source, not importing it)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+DOMAIN = Path(__file__).resolve().parents[2] / "domain"
+MODEL_MODULES = ("model.py", "scheduling.py")
+
+
+def imported_modules(source: str) -> set[str]:
+    """Every module a domain source imports, anywhere in it (``.x`` read as ``domain.x``)."""
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            modules.add(f"domain.{module}".rstrip(".") if node.level else module)
+    return modules
+
+
+def is_standard_library(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names or module == "__future__"
+
+
+def foreign_imports(path: Path, allowed: tuple[str, ...]) -> set[str]:
+    """Imports that are neither standard library nor ``allowed`` (a module or its parts)."""
+    return {
+        module
+        for module in imported_modules(path.read_text())
+        if not is_standard_library(module)
+        and not any(module == ok or module.startswith(f"{ok}.") for ok in allowed)
+    }
+
+
+@pytest.mark.parametrize("path", sorted(DOMAIN.glob("*.py")), ids=lambda path: path.name)
+def test_the_domain_imports_only_the_standard_library_and_eventsourcing(path: Path) -> None:
+    assert foreign_imports(path, allowed=("eventsourcing", "domain")) == set()
+
+
+@pytest.mark.parametrize("name", MODEL_MODULES)
+def test_the_model_modules_import_only_eventsourcing_domain(name: str) -> None:
+    assert foreign_imports(DOMAIN / name, allowed=("eventsourcing.domain",)) == set()
+
+
+def test_the_check_sees_imports_inside_functions_and_relative_ones() -> None:
+    source = (
+        "import json\nfrom eventsourcing.application import Application\n"
+        "def later():\n    import fastapi\n    from .application import TrainingJobs\n"
+    )
+    assert imported_modules(source) == {
+        "json", "eventsourcing.application", "fastapi", "domain.application",
+    }  # fmt: skip
+
+
+def test_every_domain_module_is_checked() -> None:
+    assert {path.name for path in DOMAIN.glob("*.py")} >= {
+        "__init__.py", "model.py", "scheduling.py", "application.py",
+    }  # fmt: skip
