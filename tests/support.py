@@ -168,3 +168,27 @@ def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+# The test oracle, written from SPEC.md's "Allowed transitions" table row by row (not taken
+# from the code, so a wrong table in the code is caught).
+SPEC_TRANSITIONS = {
+    ("pending", "scheduling"),
+    ("scheduling", "building"),
+    ("scheduling", "rejected"),
+    ("building", "in progress"),
+    ("building", "enqueued"),
+    ("building", "failed"),
+    ("enqueued", "in progress"),
+    ("enqueued", "scheduling"),
+    ("in progress", "succeeded"),
+    ("in progress", "failed"),
+    ("pending", "stop in progress"),
+    ("scheduling", "stop in progress"),
+    ("building", "stop in progress"),
+    ("enqueued", "stop in progress"),
+    ("in progress", "stop in progress"),
+    ("stop in progress", "stopped"),
+    ("stop in progress", "stop failed"),
+}
+SPEC_TERMINAL = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})

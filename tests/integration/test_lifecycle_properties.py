@@ -42,28 +42,9 @@ from domain.model import (
     scheduler,
     user,
 )
+from tests.support import SPEC_TERMINAL as TERMINAL
+from tests.support import SPEC_TRANSITIONS
 
-# SPEC.md, "Allowed transitions", row by row.
-SPEC_TRANSITIONS = {
-    ("pending", "scheduling"),
-    ("scheduling", "building"),
-    ("scheduling", "rejected"),
-    ("building", "in progress"),
-    ("building", "enqueued"),
-    ("building", "failed"),
-    ("enqueued", "in progress"),
-    ("enqueued", "scheduling"),
-    ("in progress", "succeeded"),
-    ("in progress", "failed"),
-    ("pending", "stop in progress"),
-    ("scheduling", "stop in progress"),
-    ("building", "stop in progress"),
-    ("enqueued", "stop in progress"),
-    ("in progress", "stop in progress"),
-    ("stop in progress", "stopped"),
-    ("stop in progress", "stop failed"),
-}
-TERMINAL = {"rejected", "succeeded", "failed", "stopped", "stop failed"}
 STOPPABLE = {"pending", "scheduling", "building", "enqueued", "in progress"}
 ON_NO_NODE = {"pending", "scheduling"}
 RUNNING = {"in progress", "stop in progress"}

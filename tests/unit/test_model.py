@@ -25,29 +25,10 @@ from domain.model import (
     scheduler,
     user,
 )
+from tests.support import SPEC_TERMINAL, SPEC_TRANSITIONS
 
-# SPEC.md, "Allowed transitions", row by row.
-SPEC_TRANSITIONS = {
-    ("pending", "scheduling"),
-    ("scheduling", "building"),
-    ("scheduling", "rejected"),
-    ("building", "in progress"),
-    ("building", "enqueued"),
-    ("building", "failed"),
-    ("enqueued", "in progress"),
-    ("enqueued", "scheduling"),
-    ("in progress", "succeeded"),
-    ("in progress", "failed"),
-    ("pending", "stop in progress"),
-    ("scheduling", "stop in progress"),
-    ("building", "stop in progress"),
-    ("enqueued", "stop in progress"),
-    ("in progress", "stop in progress"),
-    ("stop in progress", "stopped"),
-    ("stop in progress", "stop failed"),
-}
 STATUSES = sorted({status for pair in SPEC_TRANSITIONS for status in pair})
-TERMINAL = ["rejected", "succeeded", "failed", "stopped", "stop failed"]
+TERMINAL = sorted(SPEC_TERMINAL)
 NODE = agent("gpu-node-1")
 
 Command = Callable[[TrainingJob], None]
