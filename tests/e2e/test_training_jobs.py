@@ -229,3 +229,22 @@ def test_logs_follow_prints_every_one_of_20000_lines_the_last_included(
     assert len(lines) == 20000
     assert lines[0].startswith("line 00000") and lines[-1].startswith("line 19999")
     assert cluster.inspect(job_name)["status"] == "succeeded"
+
+
+def test_a_job_waits_enqueued_while_the_accelerators_are_busy_then_runs(
+    cluster: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
+) -> None:
+    busy = f"{job_name}-busy"
+    start_stubborn_job(cluster, repo_factory, busy, tmp_path / "pids")
+    quick = repo_factory({"requirements.txt": "", "train.py": "print('my turn')\n"})
+    cluster.flexai("training", "run", job_name, "-u", str(quick), "--", "train.py")
+    cluster.wait_for(job_name, {"enqueued"})
+
+    cluster.flexai("training", "stop", busy)
+    done = cluster.wait_for(job_name, {"succeeded"}, timeout=60)
+
+    assert history_statuses(done) == [
+        "pending", "scheduling", "building", "enqueued", "in progress", "succeeded",
+    ]  # fmt: skip
+    assert cluster.inspect(busy)["stop"]["accelerators_allocated"] is True
+    assert "my turn" in cluster.flexai("training", "logs", job_name).stdout
