@@ -248,3 +248,46 @@ def test_a_job_waits_enqueued_while_the_accelerators_are_busy_then_runs(
     ]  # fmt: skip
     assert cluster.inspect(busy)["stop"]["accelerators_allocated"] is True
     assert "my turn" in cluster.flexai("training", "logs", job_name).stdout
+
+
+RESUME = """\
+import os, pathlib
+given = pathlib.Path(os.environ["FLEXAI_INPUT_CHECKPOINT_DIR"])
+print("resumed from step", (given / "trainer_state.json").read_text().count("20"))
+print("weights", len((given / "model.safetensors").read_bytes()))
+print("dataset", (pathlib.Path(os.environ["FLEXAI_INPUT_DIR"]) / "tiny" / "rows.csv").read_text())
+"""
+
+
+def test_a_job_starts_from_another_jobs_checkpoint_and_reads_its_dataset(
+    cluster: Cluster, repo_factory: RepoFactory, job_name: str
+) -> None:
+    build_wheel(cluster.root / "wheels", "tinydep", "1.0", "VALUE = 'installed'\n")
+    first = f"{job_name}-first"
+    trained = repo_factory({"requirements.txt": "tinydep==1.0\n", "train.py": TRAIN})
+    cluster.flexai("training", "run", first, "-u", str(trained), "--", "train.py")
+    cluster.wait_for(first, {"succeeded"})
+    dataset = cluster.root / "agent" / "datasets" / "tiny"
+    dataset.mkdir(parents=True, exist_ok=True)
+    (dataset / "rows.csv").write_text("x,y")
+
+    resume = repo_factory({"requirements.txt": "", "train.py": RESUME})
+    cluster.flexai("training", "run", job_name, "-u", str(resume), "-C", "checkpoint-20",
+                   "-D", "tiny", "--", "train.py")  # fmt: skip
+    cluster.wait_for(job_name, {"succeeded"})
+
+    logs = cluster.flexai("training", "logs", job_name).stdout
+    assert "weights 16" in logs and "dataset x,y" in logs
+
+
+def test_run_refuses_an_unknown_checkpoint_and_secrets_with_what_to_do(
+    cluster: Cluster, repo_factory: RepoFactory, job_name: str
+) -> None:
+    repo = repo_factory({"requirements.txt": "", "train.py": "print('hi')\n"})
+    missing = cluster.flexai("training", "run", job_name, "-u", str(repo), "-C", "nope",
+                             "--", "train.py", check=False)  # fmt: skip
+    assert missing.returncode == 1 and "checkpoints" in missing.stderr
+    secret = cluster.flexai("training", "run", job_name, "-u", str(repo), "-S", "HF_TOKEN=hf",
+                            "--", "train.py", check=False)  # fmt: skip
+    assert secret.returncode == 1 and "--env" in secret.stderr
+    assert job_name not in cluster.flexai("training", "list").stdout
