@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         services = build_services(settings)
     except Exception as error:  # an unreachable database, a bad URL: say it in one line
-        print(f"error: cannot open storage ({settings.resolved_database_url}): {error}",
+        reason = " ".join(str(error).split())
+        print(f"error: cannot open storage ({settings.resolved_database_url}): {reason}; "
+              "check --database-url and that the database server runs",
               file=sys.stderr)  # fmt: skip
         return 1
     token, created = ensure_admin_token(services.state, settings.data_dir)

@@ -33,8 +33,8 @@ class Services:
 
 def build_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    jobs = TrainingJobs(env=settings.event_store_env())
     database = open_database(settings.resolved_database_url)
+    jobs = TrainingJobs(env=settings.event_store_env())
     return Services(
         settings=settings,
         jobs=jobs,

@@ -89,9 +89,13 @@ class PostgresDatabase:
     dialect = "postgres"
 
     def __init__(self, conninfo: str, max_size: int = 10) -> None:
+        import psycopg
         from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
 
+        # Fail fast with the server's own reason (unknown role, missing database, refused):
+        # the pool would only say that it timed out.
+        psycopg.connect(conninfo, connect_timeout=5).close()
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
