@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.artifacts import InvalidArchive, LogOffsetMismatch
-from domain.application import JobNotFound, NodeNotFound, WrongNode
+from domain.application import JobNotFound, WrongNode
 from domain.model import (
     DomainError,
     IllegalTransition,
@@ -54,7 +54,6 @@ def from_domain(error: Exception) -> Problem:
         )  # fmt: skip
     table: list[tuple[type[Exception], int, str, str]] = [
         (JobNotFound, 404, "job-not-found", "Job not found"),
-        (NodeNotFound, 404, "node-not-found", "Node not found"),
         (NameTaken, 409, "name-taken", "Name already in use"),
         (JobNotTerminal, 409, "job-not-terminal", "Job is still running"),
         (JobDeleted, 409, "job-deleted", "Job was deleted"),

@@ -32,11 +32,6 @@ class JobNotFound(DomainError):
         super().__init__(f"no job {what}; `flexai training list` shows your jobs")
 
 
-class NodeNotFound(DomainError):
-    def __init__(self, node_id: str) -> None:
-        super().__init__(f"no node with id {node_id}; register it again (restart the agent)")
-
-
 class WrongNode(DomainError):
     pass
 
@@ -187,15 +182,6 @@ class TrainingJobs(Application[UUID]):
             return self._save(node_id, node)
 
         return str(node_id), self._retrying(run)
-
-    def node(self, node_id: str) -> Node:
-        try:
-            node: Node = self.repository.get(UUID(node_id))
-        except (AggregateNotFoundError, ValueError):
-            raise NodeNotFound(node_id) from None
-        if not isinstance(node, Node):
-            raise NodeNotFound(node_id)
-        return node
 
     def _assigned_job(self, job_id: UUID, node_id: str) -> tuple[TrainingJob, Actor]:
         """The job an agent reports on, which must be its node's; and the agent as actor."""

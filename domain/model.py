@@ -48,9 +48,6 @@ class Status(StrEnum):
 TERMINAL = frozenset(
     {Status.REJECTED, Status.SUCCEEDED, Status.FAILED, Status.STOPPED, Status.STOP_FAILED}
 )
-STOPPABLE = frozenset(
-    {Status.PENDING, Status.SCHEDULING, Status.BUILDING, Status.ENQUEUED, Status.IN_PROGRESS}
-)
 ON_A_NODE = frozenset(
     {Status.BUILDING, Status.ENQUEUED, Status.IN_PROGRESS, Status.STOP_IN_PROGRESS}
 )

@@ -105,3 +105,6 @@ class Queries:
     def checkpoint_job(self, checkpoint_id: str) -> str | None:
         row = self._one("SELECT job_id FROM checkpoints WHERE id = ?", (checkpoint_id,))
         return str(row["job_id"]) if row else None
+
+    def node_exists(self, node_id: str) -> bool:
+        return self._one("SELECT id FROM nodes WHERE id = ?", (node_id,)) is not None

@@ -48,7 +48,11 @@ def register_node(body: NodeRegister, services: ServicesDep, _: CurrentUser) -> 
 @router.post("/nodes/{node_id}/heartbeat")
 def heartbeat(node_id: str, services: ServicesDep, _: CurrentUser) -> dict[str, bool]:
     """Tell the control plane the node is alive."""
-    services.jobs.node(node_id)
+    if not services.queries.node_exists(node_id):
+        raise Problem(
+            404, "node-not-found", "Node not found",
+            f"no node with id {node_id}; register it again (restart the agent)",
+        )  # fmt: skip
     services.state.heartbeat(node_id)
     return {"ok": True}
 
