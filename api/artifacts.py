@@ -1,17 +1,30 @@
-"""The artifact store: job logs, checkpoints and outputs as files under the data directory."""
+"""The artifact store: job logs, checkpoints and outputs as files under the data directory.
+
+Uploads are received into a file beside their final place (never whole in memory), checked,
+then renamed into place. A disk that refuses a write (permissions, full, read-only) raises
+:class:`StorageUnavailable`, which the API answers with 503 so that agents retry.
+"""
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import tempfile
 import threading
 import zipfile
 from collections import defaultdict
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fastapi.concurrency import run_in_threadpool
+
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npz", ".gguf", ".onnx", ".ckpt")
+METADATA_MAX_BYTES = 16 * 2**20
+"""``trainer_state.json`` and ``config.json`` larger than this are not read (a zip bomb's)."""
+_WRITE_BUFFER = 2**20
 
 
 class LogOffsetMismatch(Exception):
@@ -26,14 +39,41 @@ class InvalidArchive(Exception):
     pass
 
 
+class ArchiveTooLarge(Exception):
+    """An archive that would unpack to more files or bytes than the limits allow."""
+
+
+class StorageUnavailable(Exception):
+    def __init__(self, what: str, where: Path, error: OSError) -> None:
+        reason = error.strerror or str(error)
+        super().__init__(
+            f"the control plane cannot store {what} right now ({reason} under {where}); "
+            "nothing was lost: retry later (an operator must fix the artifact storage)"
+        )
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    max_entries: int = 100_000
+    max_unpacked_bytes: int = 200 * 2**30
+
+
 class LocalArtifactStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, limits: ArchiveLimits | None = None) -> None:
         self.root = root
+        self.limits = limits or ArchiveLimits()
         self.root.mkdir(parents=True, exist_ok=True)
         self._log_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
     def _job_dir(self, job_id: str) -> Path:
         return self.root / "jobs" / job_id
+
+    @contextmanager
+    def _storing(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            raise StorageUnavailable(what, self.root, error) from error
 
     # -- logs -----------------------------------------------------------------------------
 
@@ -41,12 +81,14 @@ class LocalArtifactStore:
         return self._job_dir(job_id) / "logs.txt"
 
     def log_size(self, job_id: str) -> int:
-        path = self._log_path(job_id)
-        return path.stat().st_size if path.exists() else 0
+        try:
+            return self._log_path(job_id).stat().st_size
+        except FileNotFoundError:
+            return 0
 
     def append_log(self, job_id: str, offset: int, data: bytes) -> int:
         """Append bytes that start at ``offset``; bytes already held are not written twice."""
-        with self._log_locks[job_id]:
+        with self._log_locks[job_id], self._storing("log bytes"):
             size = self.log_size(job_id)
             if offset > size:
                 raise LogOffsetMismatch(size)
@@ -61,10 +103,11 @@ class LocalArtifactStore:
             return size + len(fresh)
 
     def read_log(self, job_id: str, offset: int, limit: int = 1 << 20) -> bytes:
-        path = self._log_path(job_id)
-        if not path.exists():
+        try:
+            handle = self._log_path(job_id).open("rb")
+        except FileNotFoundError:
             return b""
-        with path.open("rb") as handle:
+        with handle, self._storing("log bytes"):
             handle.seek(offset)
             return handle.read(limit)
 
@@ -73,44 +116,131 @@ class LocalArtifactStore:
     def checkpoint_path(self, job_id: str, checkpoint_id: str) -> Path:
         return self._job_dir(job_id) / "checkpoints" / f"{checkpoint_id}.zip"
 
-    def save_checkpoint(self, job_id: str, checkpoint_id: str, data: bytes) -> dict[str, Any]:
-        """Store the checkpoint archive; return what it tells of the model."""
-        metadata = describe_checkpoint(data)
-        _write_atomically(self.checkpoint_path(job_id, checkpoint_id), data)
-        return metadata
-
     def output_path(self, job_id: str, node_index: int) -> Path:
         return self._job_dir(job_id) / "outputs" / f"output_{node_index}.zip"
 
-    def save_output(self, job_id: str, node_index: int, data: bytes) -> int:
-        _open_archive(data)
-        _write_atomically(self.output_path(job_id, node_index), data)
-        return len(data)
+    async def receive(self, job_id: str, body: AsyncIterator[bytes]) -> Path:
+        """Write an upload's body into a new file of the job's; the caller places or drops it."""
+        directory = self._job_dir(job_id) / "uploads"
+        with self._storing("uploads"):
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as sink, self._storing("uploads"):
+                pending = bytearray()
+                async for chunk in body:
+                    pending += chunk
+                    if len(pending) >= _WRITE_BUFFER:
+                        await run_in_threadpool(sink.write, bytes(pending))
+                        pending.clear()
+                await run_in_threadpool(sink.write, bytes(pending))
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+
+    def save_checkpoint(
+        self, job_id: str, checkpoint_id: str, upload: bytes | Path
+    ) -> dict[str, Any]:
+        """Store the checkpoint archive; return what it tells of the model."""
+        source = self._as_file(job_id, upload)
+        try:
+            metadata = describe_checkpoint(source, self.limits)
+            self._place(source, self.checkpoint_path(job_id, checkpoint_id))
+        finally:
+            source.unlink(missing_ok=True)
+        return metadata
+
+    def save_output(self, job_id: str, node_index: int, upload: bytes | Path) -> int:
+        source = self._as_file(job_id, upload)
+        try:
+            with open_archive(source, self.limits):
+                pass
+            size = source.stat().st_size
+            self._place(source, self.output_path(job_id, node_index))
+        finally:
+            source.unlink(missing_ok=True)
+        return size
+
+    def _as_file(self, job_id: str, upload: bytes | Path) -> Path:
+        if isinstance(upload, Path):
+            return upload
+        directory = self._job_dir(job_id) / "uploads"
+        with self._storing("uploads"):
+            directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")
+            with os.fdopen(fd, "wb") as sink:
+                sink.write(upload)
+        return Path(name)
+
+    def _place(self, source: Path, target: Path) -> None:
+        with self._storing("uploads"):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source.replace(target)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
+def declared_entries(path: Path) -> int:
+    """The entry count the archive's end record declares, read before the directory is parsed
+    (a directory of millions of entries would take gigabytes to load)."""
+    with path.open("rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - (22 + 65535)))
+        tail = handle.read()
+        end = tail.rfind(b"PK\x05\x06")
+        if end < 0 or len(tail) < end + 22:
+            raise InvalidArchive("the upload is not a zip archive (no end of central directory)")
+        count = int.from_bytes(tail[end + 10 : end + 12], "little")
+        locator = tail.rfind(b"PK\x06\x07", 0, end)
+        if count == 0xFFFF and locator >= 0:  # zip64: the real count is in the zip64 record
+            record_at = int.from_bytes(tail[locator + 8 : locator + 16], "little")
+            handle.seek(record_at)
+            record = handle.read(56)
+            if record[:4] == b"PK\x06\x06":
+                count = int.from_bytes(record[32:40], "little")
+        return count
 
 
-def _open_archive(data: bytes) -> zipfile.ZipFile:
+@contextmanager
+def open_archive(path: Path, limits: ArchiveLimits) -> Iterator[zipfile.ZipFile]:
+    """A zip archive within the limits on entries and unpacked bytes."""
+    entries = declared_entries(path)
+    if entries > limits.max_entries:
+        raise ArchiveTooLarge(
+            f"the archive holds {entries} entries; at most {limits.max_entries} are accepted"
+        )
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-        archive.namelist()
-    except zipfile.BadZipFile as error:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError) as error:
         raise InvalidArchive(f"the upload is not a zip archive: {error}") from error
-    return archive
+    with archive:
+        infos = archive.infolist()
+        if len(infos) > limits.max_entries:
+            raise ArchiveTooLarge(
+                f"the archive holds {len(infos)} entries; at most {limits.max_entries} are "
+                "accepted"
+            )
+        unpacked = sum(info.file_size for info in infos)
+        if unpacked > limits.max_unpacked_bytes:
+            raise ArchiveTooLarge(
+                f"the archive unpacks to {unpacked} bytes; at most {limits.max_unpacked_bytes} "
+                "are accepted"
+            )
+        yield archive
 
 
-def _read_json(archive: zipfile.ZipFile, names: list[str], file_name: str) -> dict[str, Any]:
-    matches = sorted((name for name in names if Path(name).name == file_name), key=len)
-    if not matches:
+def _read_json(archive: zipfile.ZipFile, file_name: str) -> dict[str, Any]:
+    matches = sorted(
+        (info for info in archive.infolist() if Path(info.filename).name == file_name),
+        key=lambda info: len(info.filename),
+    )
+    if not matches or matches[0].file_size > METADATA_MAX_BYTES:
         return {}
     try:
-        value = json.loads(archive.read(matches[0]))
-    except (ValueError, KeyError):
+        with archive.open(matches[0]) as member:
+            value = json.loads(member.read(METADATA_MAX_BYTES + 1))
+    except (ValueError, KeyError, zipfile.BadZipFile, NotImplementedError, RuntimeError,
+            RecursionError, OSError):  # fmt: skip
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -122,19 +252,26 @@ def _last_with(entries: list[Any], key: str) -> Any:
     return None
 
 
-def describe_checkpoint(data: bytes) -> dict[str, Any]:
+def describe_checkpoint(
+    source: bytes | Path, limits: ArchiveLimits | None = None
+) -> dict[str, Any]:
     """Step and losses from trainer_state.json, model and version from config.json."""
-    archive = _open_archive(data)
-    names = archive.namelist()
-    state = _read_json(archive, names, "trainer_state.json")
-    config = _read_json(archive, names, "config.json")
+    if isinstance(source, bytes):
+        with tempfile.NamedTemporaryFile(suffix=".zip") as handle:
+            handle.write(source)
+            handle.flush()
+            return describe_checkpoint(Path(handle.name), limits)
+    with open_archive(source, limits or ArchiveLimits()) as archive:
+        infos = archive.infolist()
+        state = _read_json(archive, "trainer_state.json")
+        config = _read_json(archive, "config.json")
     history = state.get("log_history") or []
     history = history if isinstance(history, list) else []
     last = history[-1] if history and isinstance(history[-1], dict) else {}
     architectures = config.get("architectures") or []
-    has_weights = any(name.endswith(WEIGHT_SUFFIXES) for name in names)
+    has_weights = any(info.filename.endswith(WEIGHT_SUFFIXES) for info in infos)
     return {
-        "size": sum(info.file_size for info in archive.infolist()),
+        "size": sum(info.file_size for info in infos),
         "step": last.get("step", state.get("global_step")),
         "train_loss": _last_with(history, "loss"),
         "eval_loss": _last_with(history, "eval_loss"),

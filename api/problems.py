@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.artifacts import InvalidArchive, LogOffsetMismatch
+from api.artifacts import ArchiveTooLarge, InvalidArchive, LogOffsetMismatch, StorageUnavailable
 from domain.application import JobNotFound, WrongNode
 from domain.model import (
     DomainError,
@@ -20,33 +20,88 @@ from domain.model import (
     JobNotTerminal,
     NameTaken,
 )
+from projections.db import is_unavailable
+from projections.projector import ProjectionHalted, ProjectionTimeout
 
 log = logging.getLogger(__name__)
 MEDIA_TYPE = "application/problem+json"
 
 
+RETRY_AFTER_S = 2
+
+
 class Problem(Exception):
-    def __init__(self, status: int, slug: str, title: str, detail: str, **extra: Any) -> None:
+    def __init__(
+        self, status: int, slug: str, title: str, detail: str,
+        headers: dict[str, str] | None = None, **extra: Any,
+    ) -> None:  # fmt: skip
         super().__init__(detail)
         self.status, self.slug, self.title, self.detail, self.extra = (
             status, slug, title, detail, extra,
         )  # fmt: skip
+        self.headers = headers or {}
 
 
-def problem_response(problem: Problem, request: Request) -> JSONResponse:
+class PayloadTooLarge(StarletteHTTPException):
+    """A body over its route's limit; raised while it is read, before it is parsed."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        super().__init__(413, f"{what} is larger than the limit of {limit} bytes")
+        self.limit = limit
+        self.what = what
+
+
+def payload_too_large(error: PayloadTooLarge) -> Problem:
+    return Problem(
+        413, "payload-too-large", "Payload too large",
+        f"{error.detail}; send less (the server's limit is a setting of `flexai server`)",
+        limit=error.limit,
+    )  # fmt: skip
+
+
+def unavailable(slug: str, title: str, detail: str) -> Problem:
+    """A 503 that passes by itself: the client should retry after a moment."""
+    return Problem(503, slug, title, detail, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+def database_unavailable(error: BaseException) -> Problem:
+    reason = " ".join(str(error).split())[:300] or type(error).__name__
+    return unavailable(
+        "database-unavailable", "Database unavailable",
+        f"the control plane cannot reach its database right now ({reason}); nothing was "
+        f"lost: retry in {RETRY_AFTER_S} s",
+    )  # fmt: skip
+
+
+def views_halted(error: ProjectionHalted) -> Problem:
+    return Problem(
+        503, "views-halted", "Views halted",
+        "the control plane's views stopped at an event they cannot apply "
+        f"({error.poison.describe()}); "
+        "commands are refused until an operator fixes it (GET /health says more). What this "
+        "request recorded before, if anything, stays in the ledger",
+        halted_at=error.poison.position,
+    )  # fmt: skip
+
+
+def problem_response(problem: Problem, request: Request | None, path: str = "") -> JSONResponse:
     body = {
         "type": f"https://flexai.dev/problems/{problem.slug}",
         "title": problem.title,
         "status": problem.status,
         "detail": problem.detail,
-        "instance": request.url.path,
+        "instance": request.url.path if request is not None else path,
         **problem.extra,
     }
-    return JSONResponse(body, status_code=problem.status, media_type=MEDIA_TYPE)
+    return JSONResponse(
+        body, status_code=problem.status, media_type=MEDIA_TYPE, headers=problem.headers
+    )
 
 
 def from_domain(error: Exception) -> Problem:
     detail = str(error)
+    if isinstance(error, InvalidJobSpec) and error.field:
+        return Problem(422, "invalid-request", "Invalid job", detail, field=error.field)
     if isinstance(error, IllegalTransition):
         return Problem(
             409, "illegal-transition", "Illegal status change", detail,
@@ -60,11 +115,23 @@ def from_domain(error: Exception) -> Problem:
         (InvalidJobSpec, 422, "invalid-request", "Invalid job"),
         (WrongNode, 409, "wrong-node", "Job belongs to another node"),
         (InvalidArchive, 422, "invalid-request", "Invalid archive"),
+        (ArchiveTooLarge, 413, "payload-too-large", "Archive too large"),
         (DomainError, 409, "conflict", "Refused"),
     ]
     for kind, status, slug, title in table:
         if isinstance(error, kind):
             return Problem(status, slug, title, detail)
+    if isinstance(error, ProjectionHalted):
+        return views_halted(error)
+    if isinstance(error, StorageUnavailable):
+        return unavailable("storage-unavailable", "Storage unavailable", detail)
+    if isinstance(error, ProjectionTimeout):
+        return unavailable(
+            "views-behind", "Views behind",
+            f"{detail}; the command was recorded: look again in a moment",
+        )  # fmt: skip
+    if is_unavailable(error):
+        return database_unavailable(error)
     return Problem(500, "internal-error", "Internal error", "unexpected error; see server log")
 
 
@@ -80,6 +147,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InvalidArchive)
     async def _archive(request: Request, error: InvalidArchive) -> JSONResponse:
         return problem_response(from_domain(error), request)
+
+    @app.exception_handler(PayloadTooLarge)
+    async def _too_large(request: Request, error: PayloadTooLarge) -> JSONResponse:
+        return problem_response(payload_too_large(error), request)
 
     @app.exception_handler(LogOffsetMismatch)
     async def _offset(request: Request, error: LogOffsetMismatch) -> JSONResponse:
@@ -108,7 +179,41 @@ def install(app: FastAPI) -> None:
         problem = Problem(error.status_code, slug, str(error.detail), detail)
         return problem_response(problem, request)
 
+    async def _mapped(request: Request, error: Exception) -> JSONResponse:
+        problem = from_domain(error)
+        if problem.status == 500:
+            log.error("unexpected %s on %s %s", type(error).__name__, request.method,
+                      request.url.path, exc_info=error)  # fmt: skip
+        else:
+            log.warning("%s %s: %s", request.method, request.url.path, problem.detail)
+        return problem_response(problem, request)
+
+    # Known failures answered here, not by the last-resort handler (which re-raises to the
+    # server, so that each would be logged as a crash).
+    for kind in (ProjectionHalted, ProjectionTimeout, StorageUnavailable, ArchiveTooLarge,
+                 *_database_errors()):  # fmt: skip
+        app.add_exception_handler(kind, _mapped)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return problem_response(from_domain(error), request)
+        problem = from_domain(error)
+        if problem.status == 500:
+            log.exception("unexpected error on %s %s", request.method, request.url.path)
+        else:
+            log.warning("%s %s: %s", request.method, request.url.path, problem.detail)
+        return problem_response(problem, request)
+
+
+def _database_errors() -> list[type[Exception]]:
+    """The drivers' "cannot reach the database" exceptions (mapped to 503 when they are)."""
+    import sqlite3
+
+    import psycopg
+    from eventsourcing import persistence
+
+    from projections.db import DatabaseUnavailable
+
+    return [
+        DatabaseUnavailable, sqlite3.OperationalError, psycopg.OperationalError,
+        psycopg.InterfaceError, persistence.OperationalError, persistence.InterfaceError,
+    ]  # fmt: skip

@@ -2,23 +2,64 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+import domain.values as values
+from domain.values import InvalidValue
+
+
+def _bounded(check: Callable[..., Any], **kwargs: Any) -> AfterValidator:
+    """A pydantic validator running one check of :mod:`domain.values` (the ledger's bounds)."""
+
+    def validate(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            check(value, "value", **kwargs)
+        except InvalidValue as error:
+            where = error.field.removeprefix("value").lstrip(".")
+            raise ValueError(f"{where} {error.problem}" if where else error.problem) from None
+        return value
+
+    return AfterValidator(validate)
+
+
+def _text(max_length: int, *, multiline: bool = False) -> AfterValidator:
+    return _bounded(values.check_text, max_length=max_length, multiline=multiline)
+
+
+JobName = Annotated[str, _bounded(values.check_job_name)]
+Text = Annotated[str, _text(values.MAX_LABEL)]
+Message = Annotated[str, _bounded(values.check_message)]
+FailureCode = Annotated[str, _bounded(values.check_failure_code)]
+Commit = Annotated[str, _bounded(values.check_commit)]
+Accelerators = Annotated[list[int], _bounded(values.check_accelerators)]
+ExitCode = Annotated[int, Field(ge=0, le=values.MAX_EXIT_CODE)]
+BigCount = Annotated[int, Field(ge=0, le=values.BIGINT_MAX)]
+AGENT_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
 
 
 class JobCreate(BaseModel):
-    name: str = Field(description="3-63 of [A-Za-z0-9_-], starting and ending alphanumeric")
-    repository_url: str = Field(min_length=1)
-    repository_revision: str | None = None
-    requirements_path: str = "requirements.txt"
-    accels: int = Field(default=1, ge=1)
-    nodes: int = Field(default=1, ge=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    secrets: dict[str, str] = Field(default_factory=dict)
-    datasets: list[str] = Field(default_factory=list)
-    checkpoint: str | None = None
-    entry_point: list[str] = Field(min_length=1)
+    """A new job; every bound is the ledger's own (``domain/values.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: JobName = Field(description=values.NAME_RULE)
+    repository_url: Annotated[str, _text(values.MAX_URL)] = Field(min_length=1)
+    repository_revision: Annotated[str, _text(values.MAX_REVISION)] | None = None
+    requirements_path: Annotated[str, _text(values.MAX_PATH)] = "requirements.txt"
+    accels: int = Field(default=1, ge=1, le=values.MAX_ACCELS)
+    nodes: int = Field(default=1, ge=1, le=values.MAX_NODES)
+    env: Annotated[dict[str, str], _bounded(values.check_env)] = Field(default_factory=dict)
+    secrets: Annotated[dict[str, str], _bounded(values.check_secrets)] = Field(
+        default_factory=dict
+    )
+    datasets: Annotated[list[str], _bounded(values.check_datasets)] = Field(default_factory=list)
+    checkpoint: Text | None = None
+    entry_point: Annotated[list[str], _bounded(values.check_entry_point)] = Field(min_length=1)
 
 
 class Actor(BaseModel):
@@ -118,9 +159,14 @@ class AuditHistory(BaseModel):
 
 
 class NodeRegister(BaseModel):
-    name: str = Field(min_length=1, max_length=253)
-    accels: int = Field(ge=0)
-    accel_type: str = "cpu"
+    name: Annotated[str, _bounded(values.check_node_name)]
+    accels: int = Field(ge=0, le=values.MAX_ACCELS)
+    accel_type: Annotated[str, _text(values.MAX_ACCEL_TYPE)] = "cpu"
+    agent_id: str = Field(
+        pattern=AGENT_ID_PATTERN,
+        description="the agent's lasting identity (kept in its work directory): one live "
+        "agent per node name",
+    )
 
 
 class NodeRegistered(BaseModel):
@@ -141,15 +187,22 @@ class Assignments(BaseModel):
 
 
 class Report(BaseModel):
-    node_id: str
+    node_id: str = Field(pattern=r"^[0-9a-fA-F-]{32,36}$")
     type: Literal[
-        "enqueued", "started", "build_failed", "exited", "failed", "stopped", "stop_failed"
+        "enqueued", "started", "build_failed", "exited", "failed", "stopped", "stop_failed",
+        "logs_unavailable",
     ]
-    commit: str | None = None
-    accelerators: list[int] = Field(default_factory=list)
-    exit_code: int | None = None
-    code: str | None = None
-    message: str | None = None
+    commit: Commit | None = None
+    accelerators: Accelerators = Field(default_factory=list)
+    exit_code: ExitCode | None = None
+    code: FailureCode | None = None
+    message: Message | None = None
+    offset: BigCount | None = Field(
+        default=None, description="logs_unavailable: the log bytes stored so far"
+    )
+    written: BigCount | None = Field(
+        default=None, description="logs_unavailable: the log bytes the job wrote so far"
+    )
 
 
 class ReportAccepted(BaseModel):

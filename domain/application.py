@@ -176,7 +176,7 @@ class TrainingJobs(Application[UUID]):
             try:
                 node = self.repository.get(node_id)
             except AggregateNotFoundError:
-                node = Node(name=name, accels=accels, accel_type=accel_type, by=agent(name))
+                node = Node.register(name, accels, accel_type, by=agent(name))
             else:
                 node.update(accels=accels, accel_type=accel_type, by=agent(name))
             return self._save(node_id, node)
@@ -199,6 +199,11 @@ class TrainingJobs(Application[UUID]):
 
         def run() -> Outcome:
             job, by = self._assigned_job(job_id, node_id)
+            if kind == "logs_unavailable":
+                noted = job.note_logs_unavailable(
+                    report["message"], report["offset"], report["written"], by=by
+                )
+                return self._save(job_id, job) if noted else Outcome(job_id, None)
             if _already_recorded(job, kind, report):
                 return Outcome(job_id, None)
             _apply_report(job, kind, report, by)
@@ -244,7 +249,7 @@ def _apply_report(job: TrainingJob, kind: str, report: dict[str, Any], by: Actor
     elif kind == "failed":
         job.fail(code=report["code"], message=report["message"], by=by)
     elif kind == "stopped":
-        job.confirm_stopped(by=by)
+        job.confirm_stopped(by=by, exit_code=report.get("exit_code"))
     elif kind == "stop_failed":
         job.fail_stop(message=report["message"], by=by)
     else:

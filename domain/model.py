@@ -13,6 +13,9 @@ from uuid import UUID, uuid5
 
 from eventsourcing.domain import Aggregate, event
 
+import domain.values as values
+from domain.values import InvalidValue
+
 NAMESPACE = UUID("6f1d1c3e-2b9a-4f5e-9a51-3c1f0e8d7a42")
 
 Actor = dict[str, str]
@@ -95,7 +98,19 @@ class IllegalTransition(DomainError):
 
 
 class InvalidJobSpec(DomainError):
-    pass
+    """A value out of its bounds; ``field`` names it for the API's problem details."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def _checked(check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run one bounds check of :mod:`domain.values`; its refusal becomes InvalidJobSpec."""
+    try:
+        return check(*args, **kwargs)
+    except InvalidValue as error:
+        raise InvalidJobSpec(f"{error}", field=error.field) from None
 
 
 class NameTaken(DomainError):
@@ -133,18 +148,15 @@ def check_name(name: str) -> None:
         problem = "may hold only letters, digits, '-' and '_'"
     else:
         problem = "must start and end with a letter or a digit"
-    raise InvalidJobSpec(f"job name '{name}' {problem}")
+    raise InvalidJobSpec(f"job name '{name}' {problem}", "name")
 
 
 def check_spec(spec: dict[str, Any]) -> None:
     if not spec.get("repository_url"):
-        raise InvalidJobSpec("a repository URL is required (--repository-url)")
+        raise InvalidJobSpec("a repository URL is required (--repository-url)", "repository_url")
     if not spec.get("entry_point"):
-        raise InvalidJobSpec("an entry point is required (after `--`)")
-    for field in ("accels", "nodes"):
-        value = spec.get(field)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidJobSpec(f"{field} must be a whole number of at least 1, not {value!r}")
+        raise InvalidJobSpec("an entry point is required (after `--`)", "entry_point")
+    _checked(values.check_spec, spec)
 
 
 class TrainingJob(Aggregate):
@@ -168,6 +180,7 @@ class TrainingJob(Aggregate):
         self.accelerators: list[int] = []
         self.failure: dict[str, str] | None = None
         self.checkpoint_ids: set[str] = set()
+        self.logs_unavailable_at: set[int] = set()
         self.deleted = False
 
     # -- guards ---------------------------------------------------------------------------
@@ -196,20 +209,26 @@ class TrainingJob(Aggregate):
 
     def reject(self, code: str, message: str, by: Actor) -> None:
         self._require(Status.REJECTED)
+        _check_failure(code, message)
         self._rejected(code=code, message=message, by=by)
 
     def enqueue(self, commit: str | None, by: Actor) -> None:
         self._require(Status.ENQUEUED)
+        _checked(values.check_commit, commit)
         self._enqueued(commit=commit, by=by)
 
     def start(self, commit: str | None, accelerators: list[int], by: Actor) -> None:
         self._require(Status.IN_PROGRESS)
+        _checked(values.check_commit, commit)
+        _checked(values.check_accelerators, accelerators)
         self._started(commit=commit or self.commit, accelerators=list(accelerators), by=by)
 
     def fail_build(self, code: str, message: str, commit: str | None, by: Actor) -> None:
         self._require(Status.FAILED)
         if self.status != Status.BUILDING:
             raise IllegalTransition(self.name, self.status, Status.FAILED)
+        _check_failure(code, message)
+        _checked(values.check_commit, commit)
         self._build_failed(code=code, message=message, commit=commit, by=by)
 
     def requeue(self, reason: str, by: Actor) -> None:
@@ -219,6 +238,7 @@ class TrainingJob(Aggregate):
         self._requeued(reason=reason, by=by)
 
     def finish(self, exit_code: int, by: Actor) -> None:
+        _checked(values.check_exit_code, exit_code)
         if exit_code == 0:
             self._require(Status.SUCCEEDED)
             self._succeeded(exit_code=0, by=by)
@@ -233,19 +253,42 @@ class TrainingJob(Aggregate):
         self._require(Status.FAILED)
         if self.status != Status.IN_PROGRESS:
             raise IllegalTransition(self.name, self.status, Status.FAILED)
+        _check_failure(code, message)
         self._failed(code=code, message=message, exit_code=None, by=by)
 
     def request_stop(self, by: Actor) -> None:
         self._require(Status.STOP_IN_PROGRESS)
         self._stop_requested(stopping_from=self.status.value, by=by)
 
-    def confirm_stopped(self, by: Actor) -> None:
+    def confirm_stopped(self, by: Actor, exit_code: int | None = None) -> None:
+        """The processes ended; ``exit_code`` is how the entry point ended, when it ran (an
+        exit 0 that raced the stop included)."""
         self._require(Status.STOPPED)
-        self._stopped(accelerators_released=list(self.accelerators), by=by)
+        if exit_code is not None:
+            _checked(values.check_exit_code, exit_code)
+        self._stopped(accelerators_released=list(self.accelerators), exit_code=exit_code, by=by)
 
     def fail_stop(self, message: str, by: Actor) -> None:
         self._require(Status.STOP_FAILED)
+        _checked(values.check_message, message)
         self._stop_failed(message=message, by=by)
+
+    def note_logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> bool:
+        """Record that the job's logs could not be stored past ``offset``; once per offset."""
+        if self.deleted:
+            raise JobDeleted(self.name)
+        if self.status not in ON_A_NODE:
+            raise DomainError(
+                f"job '{self.name}' is '{self.status}'; log problems are reported only while "
+                "it is on a node"
+            )
+        _checked(values.check_message, message)
+        _checked(values.check_int, offset, "offset", 0, values.BIGINT_MAX)
+        _checked(values.check_int, written, "written", offset, values.BIGINT_MAX)
+        if offset in self.logs_unavailable_at:
+            return False
+        self._logs_unavailable(message=message, offset=offset, written=written, by=by)
+        return True
 
     def record_checkpoint(self, checkpoint: dict[str, Any], by: Actor) -> bool:
         """Record a checkpoint once; returns False when it is already recorded."""
@@ -257,6 +300,9 @@ class TrainingJob(Aggregate):
             raise DomainError(
                 f"job '{self.name}' is '{self.status}'; checkpoints are taken only while it runs"
             )
+        _checked(values.check_checkpoint_name, checkpoint["name"], "checkpoint name")
+        _checked(values.check_optional, checkpoint.get("node"), "node", values.MAX_LABEL)
+        checkpoint = {**checkpoint, **values.clean_checkpoint_facts(checkpoint)}
         self._checkpoint_recorded(checkpoint=checkpoint, by=by)
         return True
 
@@ -321,7 +367,9 @@ class TrainingJob(Aggregate):
         self.status = Status.STOP_IN_PROGRESS
 
     @event("Stopped")
-    def _stopped(self, accelerators_released: list[int], by: Actor) -> None:
+    def _stopped(
+        self, accelerators_released: list[int], by: Actor, exit_code: int | None = None
+    ) -> None:
         self.accelerators = []
         self.status = Status.STOPPED
 
@@ -329,6 +377,10 @@ class TrainingJob(Aggregate):
     def _stop_failed(self, message: str, by: Actor) -> None:
         self.failure = {"code": "stop_failed", "message": message}
         self.status = Status.STOP_FAILED
+
+    @event("LogsUnavailable")
+    def _logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> None:
+        self.logs_unavailable_at.add(offset)
 
     @event("CheckpointRecorded")
     def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
@@ -377,6 +429,12 @@ class Node(Aggregate):
     def create_id(name: str) -> UUID:
         return uuid5(NAMESPACE, f"node\x00{name}")
 
+    @classmethod
+    def register(cls, name: str, accels: int, accel_type: str, by: Actor) -> Node:
+        _checked(values.check_node_name, name)
+        _check_capacity(accels, accel_type)
+        return cls(name=name, accels=accels, accel_type=accel_type, by=by)
+
     @event("Registered")
     def __init__(self, name: str, accels: int, accel_type: str, by: Actor) -> None:
         self.name = name
@@ -384,6 +442,7 @@ class Node(Aggregate):
         self.accel_type = accel_type
 
     def update(self, accels: int, accel_type: str, by: Actor) -> None:
+        _check_capacity(accels, accel_type)
         if (accels, accel_type) != (self.accels, self.accel_type):
             self._updated(accels=accels, accel_type=accel_type, by=by)
 
@@ -391,6 +450,16 @@ class Node(Aggregate):
     def _updated(self, accels: int, accel_type: str, by: Actor) -> None:
         self.accels = accels
         self.accel_type = accel_type
+
+
+def _check_capacity(accels: int, accel_type: str) -> None:
+    _checked(values.check_int, accels, "accels", 0, values.MAX_ACCELS)
+    _checked(values.check_text, accel_type, "accel_type", max_length=values.MAX_ACCEL_TYPE)
+
+
+def _check_failure(code: str, message: str) -> None:
+    _checked(values.check_failure_code, code)
+    _checked(values.check_message, message)
 
 
 ENVELOPE = frozenset({"originator_id", "originator_version", "timestamp", "by", "originator_topic"})

@@ -7,6 +7,7 @@ backoff on connection errors, timeouts and 5xx answers until its retry budget is
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +20,8 @@ import httpx
 from node_agent.models import Assignment
 
 DEFAULT_RETRY_FOR = 60.0
+AGENT_ID_HEADER = "X-Flexai-Agent-Id"
+"""Which agent process speaks: the control plane lets one live agent hold a node name."""
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 
 
@@ -51,13 +54,19 @@ class ControlPlaneClient:
         timeout: float = 30.0,
         retry_for: float = DEFAULT_RETRY_FOR,
         transport: httpx.BaseTransport | None = None,
+        agent_id: str | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
+        self.agent_id = agent_id or new_agent_id()
         self.retry_for = retry_for
         self._closed = threading.Event()
         self._http = httpx.Client(
             base_url=self.api_url,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "flexai-agent"},
+            headers={
+                "Authorization": f"Bearer {token}",
+                "User-Agent": "flexai-agent",
+                AGENT_ID_HEADER: self.agent_id,
+            },
             timeout=timeout,
             transport=transport,
         )
@@ -77,7 +86,9 @@ class ControlPlaneClient:
         self, name: str, accels: int, accel_type: str, *, retry_for: float | None = None
     ) -> str:
         """Register (or re-register) this node; return its node id."""
-        body = {"name": name, "accels": accels, "accel_type": accel_type}
+        body = {
+            "name": name, "accels": accels, "accel_type": accel_type, "agent_id": self.agent_id,
+        }  # fmt: skip
         answer = self._json("POST", "/v1/agent/nodes", json=body, retry_for=retry_for)
         return str(answer["node_id"])
 
@@ -191,6 +202,10 @@ class ControlPlaneClient:
                 raise ApiUnavailable(failure)
             self._closed.wait(delay)
             delay = min(delay * 2, 5.0)
+
+
+def new_agent_id() -> str:
+    return secrets.token_hex(16)
 
 
 def _seg(value: str) -> str:

@@ -19,7 +19,7 @@ from typing import IO
 from cli.config import ConfigError, load_client_config
 from node_agent.accelerators import detect_gpus
 from node_agent.agent import Agent, AgentSettings
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, new_agent_id
 from node_agent.supervisor import SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
@@ -117,7 +117,8 @@ def _run(args: argparse.Namespace) -> int:
         raise AgentError("git is not installed on this host; install it to build jobs")
     settings = _settings(args)
     with _exclusive(settings.supervisor.work_dir):
-        client = ControlPlaneClient(config.api_url, config.token)
+        agent_id = _agent_id(settings.supervisor.work_dir)
+        client = ControlPlaneClient(config.api_url, config.token, agent_id=agent_id)
         agent = Agent(client, settings)
         with _shutdown_on_signals(agent), _closing(client):
             try:
@@ -181,6 +182,26 @@ def _exclusive(work_dir: Path) -> Iterator[None]:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         yield
+
+
+def _agent_id(work_dir: Path) -> str:
+    """This agent's lasting identity, kept in its work directory: a restart keeps its node,
+    while another agent that claims the same node name is refused as long as this one lives."""
+    path = work_dir / "agent-id"
+    try:
+        known = path.read_text().strip()
+    except FileNotFoundError:
+        known = ""
+    except OSError as error:
+        raise AgentError(f"cannot read {path}: {error}") from None
+    if len(known) >= 16 and known.isalnum():
+        return known
+    agent_id = new_agent_id()
+    try:
+        path.write_text(agent_id + "\n")
+    except OSError as error:
+        raise AgentError(f"cannot write {path}: {error}") from None
+    return agent_id
 
 
 @contextmanager

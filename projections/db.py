@@ -113,6 +113,37 @@ class PostgresDatabase:
         self._pool.close()
 
 
+class DatabaseUnavailable(Exception):
+    """The database cannot be reached (down, restarting, out of connections) right now."""
+
+
+_UNAVAILABLE_SQLITE = ("locked", "disk i/o", "unable to open", "readonly", "disk is full")
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away for now, not that a statement is wrong.
+
+    Such errors pass by themselves (a retry later works); any other error applying an event
+    is the event's or the view's and would fail again.
+    """
+    if isinstance(error, DatabaseUnavailable):
+        return True
+    if isinstance(error, sqlite3.OperationalError):
+        return any(part in str(error).lower() for part in _UNAVAILABLE_SQLITE)
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    persistence = sys.modules.get("eventsourcing.persistence")
+    if persistence is not None and isinstance(
+        error, persistence.OperationalError | persistence.InterfaceError
+    ):
+        return True
+    cause = error.__cause__  # our wrappers and eventsourcing's raise theirs ``from`` the driver's
+    return cause is not None and cause is not error and is_unavailable(cause)
+
+
 def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
     """``sqlite:///path/file.db`` or ``postgresql://user@host:port/dbname``."""
     if url.startswith("sqlite:///"):

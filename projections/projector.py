@@ -2,6 +2,13 @@
 
 The view changes and the new tracking position commit in one transaction; a replica that
 races another re-reads the position under the row lock and skips what is already applied.
+
+An event that cannot be applied (a view rejects its values, its type is unknown, a folding bug)
+halts the projection loudly rather than being skipped or retried in a tight loop: the events
+before it stay applied, :attr:`Projector.halted` names it, and every later ``catch_up`` raises
+:class:`ProjectionHalted` until the server is restarted with a fix (or told to skip that event
+with ``skip``). A database that is away for a moment is not such a failure: the next round
+retries.
 """
 
 from __future__ import annotations
@@ -9,26 +16,72 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from eventsourcing.application import Application
 
-from projections.db import Cursor, Database
+from projections.db import Cursor, Database, is_unavailable
 from projections.views import apply_event, create_tables
 
 log = logging.getLogger(__name__)
 BATCH = 200
+
+Listener = Callable[[Sequence[Any]], None]
+"""Told of each batch of domain events once it is committed to the views."""
 
 
 class ProjectionTimeout(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Poison:
+    """The event a projection could not apply, and why."""
+
+    position: int
+    topic: str
+    originator_id: str
+    originator_version: int
+    error: str
+    at: str
+
+    def describe(self) -> str:
+        return (
+            f"ledger position {self.position} ({self.topic} of {self.originator_id}, version "
+            f"{self.originator_version}): {self.error}"
+        )
+
+
+class ProjectionHalted(Exception):
+    def __init__(self, poison: Poison) -> None:
+        self.poison = poison
+        super().__init__(f"the views stopped at an event they cannot apply: {poison.describe()}")
+
+
+class _PoisonFound(Exception):
+    def __init__(self, index: int, poison: Poison) -> None:
+        self.index = index
+        self.poison = poison
+
+
 class Projector:
-    def __init__(self, app: Application[Any], database: Database, name: str = "views") -> None:
+    def __init__(
+        self,
+        app: Application[Any],
+        database: Database,
+        name: str = "views",
+        *,
+        skip: Collection[int] = (),
+    ) -> None:
         self.app = app
         self.database = database
         self.name = name
+        self.skip = frozenset(skip)
+        self.halted: Poison | None = None
+        self.listeners: list[Listener] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -53,8 +106,13 @@ class Projector:
         return int(row["position"]) if row else 0
 
     def catch_up(self) -> int:
-        """Apply every event recorded after the tracked position; return the new position."""
+        """Apply every event recorded after the tracked position; return the new position.
+
+        Raises :class:`ProjectionHalted` once an event could not be applied.
+        """
         with self._lock:
+            if self.halted is not None:
+                raise ProjectionHalted(self.halted)
             position = self.position()
             while True:
                 notifications = self.app.recorder.select_notifications(
@@ -62,22 +120,56 @@ class Projector:
                 )
                 if not notifications:
                     return position
-                position = self._apply_batch(notifications)
+                try:
+                    position = self._apply_batch(notifications)
+                except _PoisonFound as found:
+                    position = self._apply_batch(notifications[: found.index])
+                    self._halt(found.poison)
+                    raise ProjectionHalted(found.poison) from None
 
-    def _apply_batch(self, notifications: Any) -> int:
+    def _apply_batch(self, notifications: Sequence[Any]) -> int:
+        applied: list[Any] = []
         with self.database.transaction(write=True) as cursor:
             position = self._read_position(cursor, lock=True)
-            for notification in notifications:
+            for index, notification in enumerate(notifications):
                 if notification.id <= position:
                     continue
-                domain_event = self.app.mapper.to_domain_event(notification)
-                apply_event(cursor, domain_event, notification.id)
+                if notification.id in self.skip:
+                    log.warning("views: skipping ledger position %d as told", notification.id)
+                else:
+                    applied.append(self._apply_one(cursor, index, notification))
                 position = notification.id
             cursor.execute(
                 "UPDATE projection_tracking SET position = ? WHERE name = ?",
                 (position, self.name),
             )
+        self._tell(applied)
         return position
+
+    def _apply_one(self, cursor: Cursor, index: int, notification: Any) -> Any:
+        try:
+            domain_event = self.app.mapper.to_domain_event(notification)
+            apply_event(cursor, domain_event, notification.id)
+        except Exception as error:
+            if is_unavailable(error):
+                raise
+            raise _PoisonFound(index, _poison(notification, error)) from error
+        return domain_event
+
+    def _halt(self, poison: Poison) -> None:
+        self.halted = poison
+        log.critical(
+            "views halted at %s; writes are refused until the server restarts with a fix, or "
+            "with --skip-event %d to pass over it",
+            poison.describe(), poison.position,
+        )  # fmt: skip
+
+    def _tell(self, applied: Sequence[Any]) -> None:
+        for listener in self.listeners:
+            try:
+                listener(applied)
+            except Exception:  # a listener's bug must not hold the views back
+                log.exception("a views listener failed")
 
     def wait(self, position: int | None, timeout: float = 10.0) -> None:
         """Read-your-writes: return once the views hold the event at ``position``."""
@@ -100,6 +192,8 @@ class Projector:
         while not self._stop.wait(interval):
             try:
                 self.catch_up()
+            except ProjectionHalted:
+                continue  # said loudly once; health and metrics keep saying it
             except Exception:  # keep following; the next round retries
                 log.exception("projection catch-up failed")
 
@@ -107,3 +201,15 @@ class Projector:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _poison(notification: Any, error: Exception) -> Poison:
+    reason = " ".join(f"{type(error).__name__}: {error}".split())
+    return Poison(
+        position=int(notification.id),
+        topic=str(notification.topic).rpartition(":")[2] or str(notification.topic),
+        originator_id=str(notification.originator_id),
+        originator_version=int(notification.originator_version),
+        error=reason[:500],
+        at=datetime.now(UTC).isoformat(),
+    )

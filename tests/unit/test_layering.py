@@ -1,5 +1,6 @@
 """House rule 1: the domain imports only the standard library and eventsourcing, and the model
-modules only ``eventsourcing.domain`` of it (checked by reading the source, not importing it)."""
+modules only ``eventsourcing.domain`` of it and the value bounds (checked by reading the source,
+not importing it)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DOMAIN = Path(__file__).resolve().parents[2] / "domain"
-MODEL_MODULES = ("model.py", "scheduling.py")
+MODEL_MODULES = ("model.py", "scheduling.py", "values.py")
 
 
 def imported_modules(source: str) -> set[str]:
@@ -46,7 +47,8 @@ def test_the_domain_imports_only_the_standard_library_and_eventsourcing(path: Pa
 
 @pytest.mark.parametrize("name", MODEL_MODULES)
 def test_the_model_modules_import_only_eventsourcing_domain(name: str) -> None:
-    assert foreign_imports(DOMAIN / name, allowed=("eventsourcing.domain",)) == set()
+    allowed = ("eventsourcing.domain", "domain.values")
+    assert foreign_imports(DOMAIN / name, allowed=allowed) == set()
 
 
 def test_the_check_sees_imports_inside_functions_and_relative_ones() -> None:

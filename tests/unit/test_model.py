@@ -308,8 +308,9 @@ def test_a_name_is_accepted_exactly_when_the_spec_rules_allow_it(name: str) -> N
     [
         ({"repository_url": ""}, "repository URL is required"),
         ({"entry_point": []}, "entry point is required"),
-        ({"accels": 0}, "accels must be a whole number of at least 1"),
-        ({"nodes": True}, "nodes must be a whole number of at least 1"),
+        ({"accels": 0}, "accels must be from 1 to 1024, not 0"),
+        ({"accels": 2**70}, "accels must be from 1 to 1024, not 1180591620717411303424"),
+        ({"nodes": True}, "nodes must be a whole number, not True"),
     ],
 )
 def test_a_job_without_what_it_needs_is_refused(change: dict[str, Any], message: str) -> None:

@@ -1,0 +1,280 @@
+"""The bounds of every value the ledger accepts, so that no stored event can fail a view.
+
+Each check returns the value it accepted or raises :class:`InvalidValue` naming the field and
+what to do. The API's request schemas use the same checks, so a bad value is refused at the
+boundary with the field's name, and the model refuses it again should any other caller try.
+Integers stay inside 64-bit columns; text holds no NUL, no control characters (multi-line text
+may hold newlines and tabs) and no lone surrogates, which neither UTF-8 nor PostgreSQL stores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+BIGINT_MAX = 2**63 - 1
+MAX_ACCELS = 1024
+"""Accelerators one node may offer, and one job may ask for per node."""
+MAX_NODES = 1024
+MAX_EXIT_CODE = 255
+MAX_URL = 2048
+MAX_REVISION = 255
+MAX_PATH = 1024
+MAX_ARGUMENT = 32 * 1024
+MAX_ARGUMENTS = 1024
+MAX_ENV_KEYS = 1024
+MAX_ENV_KEY = 255
+MAX_DATASETS = 64
+MAX_MESSAGE = 4096
+MAX_LABEL = 255
+MAX_ACCEL_TYPE = 128
+MAX_CHECKPOINT_STRING = 256
+
+NAME_RULE = "3 to 63 characters of letters, digits, '-' and '_', starting and ending with a letter or digit"  # noqa: E501
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,61}[A-Za-z0-9]")
+NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+SECRET_RULE = "1 to 63 letters, digits, '.', '-' and '_', starting with a letter or digit"
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+FAILURE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+COMMIT = re.compile(r"[0-9a-f]{4,64}")
+
+_SINGLE_LINE_BAD = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_MULTI_LINE_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+class InvalidValue(ValueError):
+    """A value outside its bounds; ``field`` names it (``env.LR``, ``entry_point[2]``)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field} {problem}")
+
+
+def _describe(character: str) -> str:
+    code = ord(character)
+    return "a NUL byte" if code == 0 else f"the control character U+{code:04X}"
+
+
+def check_text(
+    value: Any, field: str, *, max_length: int, multiline: bool = False, required: bool = True
+) -> str:
+    """Text of 1 (0 when not ``required``) to ``max_length`` characters, free of control codes."""
+    if not isinstance(value, str):
+        raise InvalidValue(field, f"must be text, not {type(value).__name__}")
+    if required and not value:
+        raise InvalidValue(field, "must not be empty")
+    if len(value) > max_length:
+        raise InvalidValue(
+            field, f"is {len(value)} characters long; at most {max_length} are allowed"
+        )
+    bad = (_MULTI_LINE_BAD if multiline else _SINGLE_LINE_BAD).search(value)
+    if bad is not None:
+        what = _describe(bad.group())
+        if 0xD800 <= ord(bad.group()) <= 0xDFFF:
+            what = "a lone surrogate (not valid Unicode)"
+        raise InvalidValue(field, f"holds {what} at position {bad.start()}; remove it")
+    return value
+
+
+def check_int(value: Any, field: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(field, f"must be a whole number, not {value!r:.40}")
+    if not low <= value <= high:
+        raise InvalidValue(field, f"must be from {low} to {high}, not {str(value)[:40]}")
+    return value
+
+
+def check_pattern(value: Any, field: str, pattern: re.Pattern[str], rule: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        shown = check_printable_preview(value)
+        raise InvalidValue(field, f"{shown} is not valid: use {rule}")
+    return value
+
+
+def check_printable_preview(value: Any, limit: int = 40) -> str:
+    """A value as it may be quoted back in an error message: short, with controls escaped."""
+    text = value if isinstance(value, str) else repr(value)
+    escaped = text.encode("unicode_escape", errors="backslashreplace").decode("ascii")
+    return repr(escaped if len(escaped) <= limit else escaped[:limit] + "...")
+
+
+def check_job_name(name: Any, field: str = "name") -> str:
+    return check_pattern(name, field, JOB_NAME, NAME_RULE)
+
+
+def check_node_name(name: Any, field: str = "name") -> str:
+    return check_pattern(
+        name, field, NODE_NAME,
+        "1 to 253 characters of letters, digits, '.', '-' and '_', starting and ending with "
+        "a letter or digit (a host name)",
+    )  # fmt: skip
+
+
+def check_failure_code(code: Any, field: str = "code") -> str:
+    return check_pattern(code, field, FAILURE_CODE, "a code like revision_not_found")
+
+
+def check_commit(commit: Any, field: str = "commit") -> str | None:
+    if commit is None:
+        return None
+    return check_pattern(commit, field, COMMIT, "4 to 64 lower-case hexadecimal digits")
+
+
+def check_message(message: Any, field: str = "message") -> str:
+    return check_text(message, field, max_length=MAX_MESSAGE, multiline=True)
+
+
+def check_accelerators(indices: Any, field: str = "accelerators") -> list[int]:
+    if not isinstance(indices, list | tuple):
+        raise InvalidValue(field, "must be a list of accelerator indices")
+    if len(indices) > MAX_ACCELS:
+        raise InvalidValue(field, f"lists {len(indices)} indices; at most {MAX_ACCELS}")
+    checked = [check_int(index, f"{field}[{i}]", 0, MAX_ACCELS - 1)
+               for i, index in enumerate(indices)]  # fmt: skip
+    if len(set(checked)) != len(checked):
+        raise InvalidValue(field, "names an accelerator twice")
+    return checked
+
+
+def check_exit_code(code: Any, field: str = "exit_code") -> int:
+    return check_int(code, field, 0, MAX_EXIT_CODE)
+
+
+def check_checkpoint_name(name: Any, field: str = "checkpoint_name") -> str:
+    check_text(name, field, max_length=MAX_LABEL)
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise InvalidValue(field, "must be one file or directory name, without '/' or '..'")
+    return name
+
+
+def check_optional(value: Any, field: str, max_length: int) -> str | None:
+    return None if value is None else check_text(value, field, max_length=max_length)
+
+
+def _check_relative_path(value: Any, field: str) -> str:
+    check_text(value, field, max_length=MAX_PATH)
+    if value.startswith("/") or ".." in value.split("/"):
+        raise InvalidValue(field, "must be a path inside the repository, without '..'")
+    return value
+
+
+def _check_revision(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    check_text(value, field, max_length=MAX_REVISION)
+    if value.startswith("-"):
+        raise InvalidValue(field, "must not start with '-': give a branch, tag or commit")
+    return value
+
+
+def _check_mapping(value: Any, field: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidValue(field, "must be an object of names and values")
+    if len(value) > MAX_ENV_KEYS:
+        raise InvalidValue(field, f"has {len(value)} entries; at most {MAX_ENV_KEYS}")
+    for key in value:
+        check_pattern(key, f"{field} key", ENV_KEY,
+                      "a variable name of letters, digits and '_' not starting with a digit")
+    return value  # fmt: skip
+
+
+def check_env(env: Any, field: str = "env") -> dict[str, str]:
+    checked = _check_mapping(env, field)
+    return {key: check_text(value, f"{field}.{key}", max_length=MAX_ARGUMENT,
+                            multiline=True, required=False)
+            for key, value in checked.items()}  # fmt: skip
+
+
+def check_secrets(secrets: Any, field: str = "secrets") -> dict[str, str]:
+    checked = _check_mapping(secrets, field)
+    return {key: check_pattern(value, f"{field}.{key}", SECRET_NAME, SECRET_RULE)
+            for key, value in checked.items()}  # fmt: skip
+
+
+def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
+    if not isinstance(datasets, list | tuple):
+        raise InvalidValue(field, "must be a list of dataset names")
+    if len(datasets) > MAX_DATASETS:
+        raise InvalidValue(field, f"lists {len(datasets)} datasets; at most {MAX_DATASETS}")
+    rule = "1 to 128 letters, digits, '.', '-' and '_', starting with a letter or digit"
+    return [check_pattern(name, f"{field}[{i}]", DATASET_NAME, rule)
+            for i, name in enumerate(datasets)]  # fmt: skip
+
+
+def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]:
+    if not isinstance(entry_point, list | tuple) or not entry_point:
+        raise InvalidValue(field, "is required: give it after `--`")
+    if len(entry_point) > MAX_ARGUMENTS:
+        raise InvalidValue(field, f"has {len(entry_point)} parts; at most {MAX_ARGUMENTS}")
+    return [check_text(part, f"{field}[{i}]", max_length=MAX_ARGUMENT, multiline=True,
+                       required=i > 0)
+            for i, part in enumerate(entry_point)]  # fmt: skip
+
+
+SPEC_FIELDS = {
+    "repository_url", "repository_revision", "requirements_path", "accels", "nodes", "env",
+    "secrets", "datasets", "checkpoint", "entry_point", "input_checkpoint_id",
+}  # fmt: skip
+
+
+def check_spec(spec: Mapping[str, Any]) -> None:
+    """Every field of a job's spec (JobCreate without the name) within its bounds."""
+    unknown = sorted(set(spec) - SPEC_FIELDS)
+    if unknown:
+        raise InvalidValue(unknown[0], "is not a field of a job")
+    if not spec.get("repository_url"):
+        raise InvalidValue("repository_url", "is required (--repository-url)")
+    check_text(spec["repository_url"], "repository_url", max_length=MAX_URL)
+    _check_revision(spec.get("repository_revision"), "repository_revision")
+    _check_relative_path(spec.get("requirements_path", "requirements.txt"), "requirements_path")
+    check_int(spec.get("accels"), "accels", 1, MAX_ACCELS)
+    check_int(spec.get("nodes"), "nodes", 1, MAX_NODES)
+    check_env(spec.get("env") or {})
+    check_secrets(spec.get("secrets") or {})
+    check_datasets(spec.get("datasets") or [])
+    check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
+    check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
+    check_entry_point(spec.get("entry_point"))
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value) if abs(value) < 1e308 else math.inf
+    return number if math.isfinite(number) else None
+
+
+def _step(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= BIGINT_MAX else None
+
+
+def _label(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    cleaned = _SINGLE_LINE_BAD.sub("", value)[:MAX_CHECKPOINT_STRING]
+    return cleaned or None
+
+
+def clean_checkpoint_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """What a checkpoint's own files claim (step, losses, model), kept only where it fits.
+
+    These come from files a job wrote, so they are data, not requests: a value out of bounds is
+    dropped (shown as unknown) rather than refused.
+    """
+    size = facts.get("size")
+    return {
+        "size": size if isinstance(size, int) and 0 <= size <= BIGINT_MAX else None,
+        "step": _step(facts.get("step")),
+        "train_loss": _finite(facts.get("train_loss")),
+        "eval_loss": _finite(facts.get("eval_loss")),
+        "model": _label(facts.get("model")),
+        "version": _label(facts.get("version")),
+        "inference_ready": bool(facts.get("inference_ready")),
+    }
