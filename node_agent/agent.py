@@ -4,6 +4,10 @@ Two periodic tasks run until shutdown, each surviving its own errors: the heartb
 poll of ``GET /v1/agent/nodes/{node_id}/assignments`` that starts a supervisor for each new job
 and passes on the user's stops. Each job lives in its own :class:`JobSupervisor` thread, so one
 job's build, logs or uploads never hold up another's.
+
+When any call answers ``node-taken`` (another agent took this node over while this one was
+silent), the agent ends every job's processes at once, reports nothing, and stops: a job must
+never run on two agents.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.reports import JobReporter
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
@@ -45,6 +49,9 @@ class Agent:
         self._finished: set[str] = set()  # jobs this agent has seen to their end
         self._missing: dict[str, int] = {}  # polls in a row a supervised job was not listed
         self._shutdown = threading.Event()
+        self.displaced_by: NodeTaken | None = None
+        """Set when another agent took this node over: the agent then stops."""
+        client.when_node_taken(self._give_up_the_node)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -84,6 +91,12 @@ class Agent:
     def request_shutdown(self) -> None:
         self._shutdown.set()
         self.client.stop_retrying()
+
+    def _give_up_the_node(self, error: NodeTaken) -> None:
+        if self.displaced_by is None and self.node_id:  # at registration main says it
+            log.error("another agent holds node %s now (%s)", self.settings.name, error)
+        self.displaced_by = self.displaced_by or error
+        self.request_shutdown()
 
     def abort_jobs(self) -> None:
         """End every job's processes, reporting nothing (the agent is going away)."""

@@ -2,11 +2,16 @@
 
 Every agent call is idempotent by design (a report already recorded answers 200 again, log bytes
 carry their offset, checkpoint and output uploads replace), so every call is retried with
-backoff on connection errors, timeouts and 5xx answers until its retry budget is spent.
+backoff on connection errors, timeouts and 5xx answers until its retry budget is spent; a
+``Retry-After`` the server sends with a 503 is waited out before the next try.
+
+One answer ends every call: ``node-taken``, another live agent holds this node. From then on
+no request leaves this client, so an agent that lost its node can never report on a job.
 """
 
 from __future__ import annotations
 
+import email.utils
 import secrets
 import threading
 import time
@@ -36,11 +41,22 @@ class ApiError(Exception):
 
     @property
     def slug(self) -> str:
-        return str(self.problem.get("type", "")).rsplit("/", 1)[-1]
+        return _slug(self.problem)
+
+
+class NodeTaken(ApiError):
+    """Another live agent holds this node name (409 ``node-taken``)."""
 
 
 class ApiUnavailable(Exception):
-    """The control plane could not be reached (or kept failing) for the whole retry budget."""
+    """The control plane could not be reached (or kept failing) for the whole retry budget.
+
+    ``retry_after``: the seconds the server asked to wait (its last ``Retry-After``), if any.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class ControlPlaneClient:
@@ -60,6 +76,8 @@ class ControlPlaneClient:
         self.agent_id = agent_id or new_agent_id()
         self.retry_for = retry_for
         self._closed = threading.Event()
+        self._taken: NodeTaken | None = None
+        self._on_node_taken: list[Callable[[NodeTaken], None]] = []
         self._http = httpx.Client(
             base_url=self.api_url,
             headers={
@@ -74,6 +92,10 @@ class ControlPlaneClient:
     def stop_retrying(self) -> None:
         """Make every call in flight or to come give up instead of waiting (for shutdown)."""
         self._closed.set()
+
+    def when_node_taken(self, callback: Callable[[NodeTaken], None]) -> None:
+        """Call ``callback`` once, from the calling thread, when a call answers ``node-taken``."""
+        self._on_node_taken.append(callback)
 
     def close(self) -> None:
         """Release the connections; the client is unusable afterwards."""
@@ -184,6 +206,9 @@ class ControlPlaneClient:
         deadline = time.monotonic() + budget
         delay = 0.1
         while True:
+            if self._taken is not None:
+                raise self._taken
+            retry_after = None
             try:
                 response = attempt()
             except (httpx.HTTPError, RuntimeError) as error:
@@ -196,12 +221,26 @@ class ControlPlaneClient:
                 if response.status_code < 400:
                     return response
                 if response.status_code not in _RETRYABLE_STATUS:
-                    raise ApiError(response.status_code, _problem(response))
-                failure = f"the control plane at {self.api_url} answered {response.status_code}"
-            if time.monotonic() + delay > deadline or self._closed.is_set():
-                raise ApiUnavailable(failure)
-            self._closed.wait(delay)
+                    raise self._refusal(response)
+                failure = _unavailable(self.api_url, response)
+                retry_after = _retry_after(response)
+            wait = max(delay, retry_after or 0.0)
+            if time.monotonic() + wait > deadline or self._closed.is_set():
+                raise ApiUnavailable(failure, retry_after)
+            self._closed.wait(wait)
             delay = min(delay * 2, 5.0)
+
+    def _refusal(self, response: httpx.Response) -> ApiError:
+        problem = _problem(response)
+        if response.status_code != 409 or _slug(problem) != "node-taken":
+            return ApiError(response.status_code, problem)
+        taken = NodeTaken(response.status_code, problem)
+        if self._taken is None:
+            self._taken = taken
+            self._closed.set()  # calls waiting to retry give up at once
+            for callback in self._on_node_taken:
+                callback(taken)
+        return taken
 
 
 def new_agent_id() -> str:
@@ -220,6 +259,35 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
     if isinstance(body, dict):
         return body
     return {"title": response.reason_phrase, "detail": response.text[:500]}
+
+
+def _slug(problem: Mapping[str, Any]) -> str:
+    return str(problem.get("type", "")).rsplit("/", 1)[-1]
+
+
+def _unavailable(api_url: str, response: httpx.Response) -> str:
+    """What a 5xx said, e.g. ``503 storage-unavailable: the artifact disk is full``."""
+    problem = _problem(response)
+    what = _slug(problem) or "error"
+    detail = problem.get("detail") or problem.get("title")
+    said = f"{response.status_code} {what}: {detail}" if detail else str(response.status_code)
+    return f"the control plane at {api_url} answered {said}"
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """``Retry-After`` in seconds (a number or an HTTP date), capped at 5 minutes."""
+    value = response.headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            moment = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = moment.timestamp() - time.time()
+    return min(max(seconds, 0.0), 300.0)
 
 
 def _describe(error: httpx.HTTPError) -> str:

@@ -19,7 +19,13 @@ from typing import IO
 from cli.config import ConfigError, load_client_config
 from node_agent.accelerators import detect_gpus
 from node_agent.agent import Agent, AgentSettings
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, new_agent_id
+from node_agent.client import (
+    ApiError,
+    ApiUnavailable,
+    ControlPlaneClient,
+    NodeTaken,
+    new_agent_id,
+)
 from node_agent.supervisor import SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
@@ -130,6 +136,11 @@ def _run(args: argparse.Namespace) -> int:
                     f"{error}; tried for {args.connect_timeout:g} s. Is the server running "
                     "there? Check --server"
                 ) from None
+            except NodeTaken:
+                raise AgentError(
+                    f"another agent holds node {args.name}: give this agent another --name, "
+                    "or stop the other agent first"
+                ) from None
             except ApiError as error:
                 if error.status in (401, 403):
                     raise AgentError(
@@ -137,6 +148,11 @@ def _run(args: argparse.Namespace) -> int:
                     ) from None
                 raise AgentError(f"registration refused: {error}") from None
             agent.run()
+    if agent.displaced_by is not None:
+        raise AgentError(
+            f"another agent took over node {args.name} while this one was silent; this agent "
+            "ended its jobs' processes: give it another --name, or stop the other agent"
+        )
     log.info("agent stopped")
     return 0
 

@@ -67,6 +67,9 @@ class FakeClient:
     def stop_retrying(self) -> None:
         pass
 
+    def when_node_taken(self, callback: Any) -> None:
+        pass
+
 
 def assignment(job_id: str, status: str) -> Assignment:
     spec = JobSpec(repository_url="/repo", entry_point=("train.py",))

@@ -29,6 +29,12 @@ NEXT_STATUS = {
     "stop_failed": "stop failed",
 }
 LISTED = ("building", "enqueued", "in progress", "stop in progress")
+NODE_TAKEN = {
+    "type": "https://flexai.dev/problems/node-taken",
+    "title": "Node held by another agent",
+    "status": 409,
+    "detail": "another live agent holds node gpu-1",
+}
 
 
 class ControlPlane:
@@ -41,6 +47,8 @@ class ControlPlane:
         self.logs: dict[str, bytearray] = {}
         self.uploads: list[str] = []
         self.heartbeats = 0
+        self.taken = False  # another agent holds the node: every call answers node-taken
+        self.reports_tried_after_taken = 0
         self.lock = threading.Lock()
 
     def add_job(self, job_id: str, status: str, entry_point: list[str], url: str) -> None:
@@ -58,6 +66,9 @@ class ControlPlane:
     def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
         parts = path.strip("/").split("/")[2:]  # after v1/agent
         with self.lock:
+            if self.taken:
+                self.reports_tried_after_taken += parts[-1:] == ["reports"]
+                return 409, NODE_TAKEN
             if method == "POST" and parts == ["nodes"]:
                 return 200, {"node_id": "node-1", "name": json.loads(body)["name"]}
             if parts[-1:] == ["heartbeat"]:
@@ -197,6 +208,23 @@ def test_a_users_stop_reaches_the_running_job_through_the_poll(
     terminate(agent)
 
 
+def test_an_agent_whose_node_another_agent_took_over_ends_its_jobs_silently_and_exits_1(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, agent, pid = start_long_job(tmp_path, plane)
+    with state.lock:
+        state.taken = True
+    _, stderr = agent.communicate(timeout=20)
+    assert agent.returncode == 1
+    assert not alive(pid)
+    assert state.reports_tried_after_taken == 0
+    assert state.status("job-1") == "in progress"
+    assert stderr.splitlines()[-1] == (
+        "flexai agent: error: another agent took over node gpu-1 while this one was silent; "
+        "this agent ended its jobs' processes: give it another --name, or stop the other agent"
+    )
+
+
 def test_jobs_listed_for_the_node_that_no_supervisor_knows_are_settled(
     tmp_path: Path, plane: tuple[ControlPlane, str]
 ) -> None:
@@ -236,6 +264,20 @@ def test_a_refused_token_fails_at_start_with_one_clear_line(
     assert code == 1
     assert stderr.startswith("flexai agent: error: the control plane refused the token")
     assert stderr.count("\n") == 1
+
+
+def test_registering_a_node_another_live_agent_holds_fails_with_one_clear_line(
+    tmp_path: Path, plane: tuple[ControlPlane, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, url = plane
+    state.taken = True
+    code = main(["--server", url, "--token", "t0ken", "--accels", "1", "--name", "gpu-1"]
+                + ["--work-dir", str(tmp_path)])  # fmt: skip
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "flexai agent: error: another agent holds node gpu-1: give this agent another --name, "
+        "or stop the other agent first\n"
+    )
 
 
 def test_without_server_or_config_the_agent_says_how_to_configure_it(
