@@ -54,8 +54,11 @@ class JobReporter:
     def failed(self, code: str, message: str) -> Answer:
         return self.send("failed", code=code, message=message)
 
-    def stopped(self) -> Answer:
-        return self.send("stopped")
+    def stopped(self, exit_code: int | None = None) -> Answer:
+        """``exit_code``: the entry point's, when its process ended and the code is known."""
+        if exit_code is None:
+            return self.send("stopped")
+        return self.send("stopped", exit_code=exit_code)
 
     def stop_failed(self, message: str) -> Answer:
         return self.send("stop_failed", message=message)

@@ -42,6 +42,18 @@ class SupervisorSettings:
     checkpoint_stable_for: float = 1.0
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How the entry point's processes ended."""
+
+    exit_code: int | None
+    """The entry point's (``128 + N`` when killed by signal N); None when not known."""
+    survivors: list[int]
+    """The pids of the job still alive after SIGKILL."""
+    stopped: bool = False
+    """Ended by the user's stop rather than by itself."""
+
+
 class JobSupervisor:
     """Runs one assignment in a thread of its own; :meth:`stop` is the user's stop."""
 
@@ -193,43 +205,40 @@ class JobSupervisor:
         )
         watcher.start()
         try:
-            code, survivors = self._run_process(built.argv, env)
+            ended = self._run_process(built.argv, env)
         finally:
             watcher.stop_watching()
         self.pool.release(self.job_id)
         if self._aborting.is_set():
             return
-        if code is None:
-            self._say(f"[agent] {_stop_outcome(survivors)}")
+        if ended.stopped:
+            self._say(f"[agent] {_stop_outcome(ended.survivors)}")
         self._ship_logs()
         watcher.finish()
         self._upload_outputs()
-        if code is None:  # the user's stop
-            self._report_stop(survivors)
+        if ended.stopped:
+            self._report_stop(ended)
             return
-        log.info("job %s: exited with code %d", self.job_id, code)
-        self._stopped_if_refused(self.reporter.exited(code))
+        assert ended.exit_code is not None
+        log.info("job %s: exited with code %d", self.job_id, ended.exit_code)
+        self._stopped_if_refused(self.reporter.exited(ended.exit_code), ended.exit_code)
 
-    def _run_process(
-        self, argv: tuple[str, ...], env: dict[str, str]
-    ) -> tuple[int | None, list[int]]:
-        """Run the entry point until it ends or is stopped.
-
-        Returns its exit code (None when stopped) and the pids still alive after SIGKILL.
-        """
+    def _run_process(self, argv: tuple[str, ...], env: dict[str, str]) -> Ended:
+        """Run the entry point until it ends by itself or is stopped."""
         assert self._logs is not None
         try:
             process = GroupProcess(argv, cwd=self.dirs.repo, env=env, on_output=self._logs.write)
         except OSError as error:
             self._say(f"[agent] cannot start the entry point: {error}")
-            return (None if self._stopping.is_set() else 126), []
+            return Ended(None, [], stopped=True) if self._stopping.is_set() else Ended(126, [])
         try:
             while (returncode := process.wait(0.2)) is None and not self._stopping.is_set():
                 pass
         except BaseException:
             process.end(ABORT_GRACE)  # whatever went wrong here, no process outlives the job
             raise
-        if returncode is None:
+        stopped = returncode is None
+        if stopped:
             grace = ABORT_GRACE if self._aborting.is_set() else self.settings.stop_grace
             self._say(
                 f"[agent] stopping: SIGTERM to the job's processes, SIGKILL after {grace:g} s"
@@ -238,36 +247,41 @@ class JobSupervisor:
         else:  # processes the entry point left behind go with it
             survivors = process.end(self.settings.stop_grace)
         process.finish_output()
-        if returncode is None:
-            return None, survivors
+        # A stopped entry point may have ended by itself just before the signal: its code,
+        # whatever ended it, goes with the ``stopped`` report.
+        returncode = process.wait(0) if returncode is None else returncode
+        if returncode is None:  # the leader survived SIGKILL (stuck in the kernel)
+            return Ended(None, survivors, stopped)
         code = exit_code(returncode)
         if returncode < 0:
             name = signal.Signals(-returncode).name
             self._say(f"[agent] the entry point was killed by {name} (exit code {code})")
         else:
             self._say(f"[agent] the entry point exited with code {code}")
-        return code, survivors
+        return Ended(code, survivors, stopped)
 
     # -- the end -------------------------------------------------------------------------
 
     def _finish_stopped(self) -> None:
+        """Stopped before the entry point ran: there is no exit code."""
         if self._aborting.is_set():
             return
         self._say("[agent] stopped")
         self._ship_logs()
         self.reporter.stopped()
 
-    def _report_stop(self, survivors: list[int]) -> None:
-        if not survivors:
-            self.reporter.stopped()
+    def _report_stop(self, ended: Ended) -> None:
+        if not ended.survivors:
+            self.reporter.stopped(ended.exit_code)
             return
-        log.error("job %s: %s", self.job_id, _stop_outcome(survivors))
-        self.reporter.stop_failed(_stop_outcome(survivors))
+        log.error("job %s: %s", self.job_id, _stop_outcome(ended.survivors))
+        self.reporter.stop_failed(_stop_outcome(ended.survivors))
 
-    def _stopped_if_refused(self, answer: Answer) -> None:
-        """A report refused because the user stopped the job meanwhile becomes ``stopped``."""
+    def _stopped_if_refused(self, answer: Answer, exit_code: int | None = None) -> None:
+        """A report refused because the user stopped the job meanwhile becomes ``stopped``
+        (with the exit code of an entry point that ended by itself as the stop came)."""
         if not answer.accepted and answer.status == STOP_IN_PROGRESS:
-            self.reporter.stopped()
+            self.reporter.stopped(exit_code)
 
     def _report_crash(self, error: Exception, started: bool) -> None:
         if self._aborting.is_set():

@@ -236,9 +236,48 @@ def test_stopping_a_job_ends_every_process_of_its_group_then_reports_stopped(
     supervisor.stop()
     supervisor.join(30)
     assert plane.reports("job-1") == ["started", "stopped"]
+    assert plane.report_facts("job-1", "stopped")["exit_code"] == 137  # it ignored SIGTERM
     assert not any(alive(pid) for pid in pids())
     assert "[agent] stopping: SIGTERM" in plane.log_text("job-1")
     assert plane.last_index("job-1", "outputs") < plane.last_index("job-1", "report")
+
+
+def test_a_stopped_entry_point_that_obeys_sigterm_is_reported_with_exit_code_143(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = repo_and_commit(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(600)\n")
+    supervisor = supervise(tmp_path, plane, url)
+    wait_until(lambda: "up" in plane.log_text("job-1"))
+    supervisor.stop()
+    supervisor.join(30)
+    assert plane.reports("job-1") == ["started", "stopped"]
+    assert plane.report_facts("job-1", "stopped")["exit_code"] == 143
+    assert "killed by SIGTERM (exit code 143)" in plane.log_text("job-1")
+
+
+# Ends with 0 once the flag file exists, and only then: SIGTERM cannot end it first.
+EXITS_0_ON_FLAG = """
+import os, pathlib, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("waiting", flush=True)
+while not pathlib.Path(os.environ["FLAG"]).exists():
+    time.sleep(0.01)
+"""
+
+
+def test_a_stop_that_races_an_exit_0_is_reported_as_stopped_with_exit_code_0(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = repo_and_commit(tmp_path, EXITS_0_ON_FLAG)
+    flag = tmp_path / "flag"
+    supervisor = supervise(tmp_path, plane, url, env={"FLAG": str(flag)})
+    wait_until(lambda: "waiting" in plane.log_text("job-1"))
+    plane.refuse["exited"] = "stop in progress"  # the control plane took the user's stop
+    flag.write_text("exit now")
+    supervisor.stop()
+    supervisor.join(30)
+    assert plane.reports("job-1") == ["started", "stopped"]
+    assert plane.report_facts("job-1", "stopped")["exit_code"] == 0
 
 
 WAITING_JOB = """
@@ -281,6 +320,7 @@ def test_a_stop_while_enqueued_reports_stopped_without_running_anything(
     supervisor.stop()
     supervisor.join(30)
     assert plane.reports("job-1") == ["enqueued", "stopped"]
+    assert "exit_code" not in plane.report_facts("job-1", "stopped")  # nothing ran
     assert "should not run" not in plane.log_text("job-1")
 
 
@@ -304,6 +344,7 @@ def test_an_exit_refused_because_the_user_stopped_the_job_is_reported_as_stopped
     url, _ = repo_and_commit(tmp_path, "print('quick')\n")
     supervise(tmp_path, plane, url).join(30)
     assert plane.reports("job-1") == ["started", "stopped"]
+    assert plane.report_facts("job-1", "stopped")["exit_code"] == 0
 
 
 def test_a_job_asking_for_more_accelerators_than_the_node_has_fails_its_build(
