@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 
 from api import problems
-from api.routes import agent, audit, jobs, nodes
+from api.limits import BodyLimits
+from api.routes import agent, audit, health, jobs, nodes
 from api.scheduler import Scheduler
 from api.services import Services
+from projections.projector import ProjectionHalted
 
 
 def create_app(services: Services, *, background: bool = True) -> FastAPI:
@@ -19,13 +21,15 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        services.projector.catch_up()
+        with suppress(ProjectionHalted):  # the server starts anyway: health and metrics say why
+            services.projector.catch_up()
         if background:
             services.projector.start(services.settings.projection_interval_s)
             scheduler.start()
         try:
             yield
         finally:
+            services.log_followers.close_all()
             scheduler.stop()
             services.projector.stop()
 
@@ -42,10 +46,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(agent.router)
     app.include_router(audit.router)
     app.include_router(nodes.router)
-
-    @app.get("/health", tags=["health"])
-    def health() -> dict[str, object]:
-        """Whether the server answers, and how far its views have read the ledger."""
-        return {"ok": True, "projection_position": services.projector.position()}
-
+    app.include_router(health.router)
+    app.add_middleware(BodyLimits, limits=services.settings.limits,
+                       user_for=services.state.user_for)  # fmt: skip
     return app

@@ -6,11 +6,12 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.artifacts import ArchiveTooLarge, InvalidArchive, LogOffsetMismatch, StorageUnavailable
+from api.state import NodeTaken
 from domain.application import JobNotFound, WrongNode
 from domain.model import (
     DomainError,
@@ -42,7 +43,7 @@ class Problem(Exception):
         self.headers = headers or {}
 
 
-class PayloadTooLarge(StarletteHTTPException):
+class PayloadTooLarge(HTTPException):
     """A body over its route's limit; raised while it is read, before it is parsed."""
 
     def __init__(self, limit: int, what: str) -> None:
@@ -56,6 +57,14 @@ def payload_too_large(error: PayloadTooLarge) -> Problem:
         413, "payload-too-large", "Payload too large",
         f"{error.detail}; send less (the server's limit is a setting of `flexai server`)",
         limit=error.limit,
+    )  # fmt: skip
+
+
+def unauthorized() -> Problem:
+    return Problem(
+        401, "unauthorized", "Unauthorized",
+        "missing or unknown API token: send `Authorization: Bearer <token>` "
+        "(`flexai server` printed the admin token on first start; set FLEXAI_TOKEN)",
     )  # fmt: skip
 
 
@@ -74,14 +83,19 @@ def database_unavailable(error: BaseException) -> Problem:
 
 
 def views_halted(error: ProjectionHalted) -> Problem:
-    return Problem(
-        503, "views-halted", "Views halted",
+    problem = unavailable(
+        "views-halted", "Views halted",
         "the control plane's views stopped at an event they cannot apply "
-        f"({error.poison.describe()}); "
-        "commands are refused until an operator fixes it (GET /health says more). What this "
-        "request recorded before, if anything, stays in the ledger",
-        halted_at=error.poison.position,
+        f"({error.poison.describe()}), so changes are refused until an operator restarts the "
+        f"server with a fix, or with `--skip-event {error.poison.position}`; reads still answer "
+        "from the views as they stood. Retry later (GET /health tells when it is fixed)",
     )  # fmt: skip
+    problem.extra["halted_at"] = error.poison.position
+    return problem
+
+
+def too_many_followers(error: Exception) -> Problem:
+    return unavailable("too-many-followers", "Too many log streams", str(error))
 
 
 def problem_response(problem: Problem, request: Request | None, path: str = "") -> JSONResponse:
@@ -115,6 +129,7 @@ def from_domain(error: Exception) -> Problem:
         (InvalidJobSpec, 422, "invalid-request", "Invalid job"),
         (WrongNode, 409, "wrong-node", "Job belongs to another node"),
         (InvalidArchive, 422, "invalid-request", "Invalid archive"),
+        (NodeTaken, 409, "node-taken", "Node held by another agent"),
         (ArchiveTooLarge, 413, "payload-too-large", "Archive too large"),
         (DomainError, 409, "conflict", "Refused"),
     ]
@@ -191,7 +206,7 @@ def install(app: FastAPI) -> None:
     # Known failures answered here, not by the last-resort handler (which re-raises to the
     # server, so that each would be logged as a crash).
     for kind in (ProjectionHalted, ProjectionTimeout, StorageUnavailable, ArchiveTooLarge,
-                 *_database_errors()):  # fmt: skip
+                 NodeTaken, *_database_errors()):  # fmt: skip
         app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(Exception)

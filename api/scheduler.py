@@ -24,6 +24,8 @@ class Scheduler:
 
     def run_once(self) -> None:
         services = self.services
+        if services.projector.halted is not None:
+            return  # its decisions could not be shown; health says why
         for row in services.queries.jobs_in([Status.PENDING]):
             self._try(services.jobs.begin_scheduling, UUID(row["id"]))
         services.projector.catch_up()

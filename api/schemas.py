@@ -40,6 +40,7 @@ Accelerators = Annotated[list[int], _bounded(values.check_accelerators)]
 ExitCode = Annotated[int, Field(ge=0, le=values.MAX_EXIT_CODE)]
 BigCount = Annotated[int, Field(ge=0, le=values.BIGINT_MAX)]
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
+AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 
 
 class JobCreate(BaseModel):
@@ -80,6 +81,15 @@ class Failure(BaseModel):
     message: str
 
 
+class LogsUnavailable(BaseModel):
+    """The control plane could not store the job's logs past ``offset`` (of ``written``)."""
+
+    message: str
+    offset: int
+    written: int
+    at: str
+
+
 class JobSummary(BaseModel):
     id: str
     name: str
@@ -101,6 +111,7 @@ class JobPublic(JobSummary):
     updated_at: str
     failure: Failure | None
     stop: dict[str, Any] | None
+    logs_unavailable: LogsUnavailable | None = None
     history: list[HistoryEntry]
 
 

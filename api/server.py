@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from api.settings import Limits
+
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "flexai" / "server"
 
 
@@ -32,6 +34,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="a node silent this long is offline")
     parser.add_argument("--no-client-config", action="store_true",
                         help="do not write the client config file")
+    parser.add_argument("--skip-event", type=int, action="append", default=[],
+                        metavar="POSITION",
+                        help="let the views pass over the event at this ledger position (one "
+                             "/health names as the reason they halted); repeatable")
+    limits = parser.add_argument_group("limits (each refusal is a 413, 422 or 503 problem)")
+    for name, field in Limits.model_fields.items():
+        limits.add_argument(f"--max-{name.replace('_', '-')}", dest=f"max_{name}", type=int,
+                            default=field.default, metavar="N",
+                            help=f"{field.description} (default: %(default)s)")
     return parser.parse_args(argv)  # fmt: skip
 
 
@@ -56,6 +67,18 @@ def _quiet_exit_server(config: Any) -> Any:
     return Server(config)
 
 
+def _ending_follow_streams(server: Any, services: Any) -> None:
+    """On SIGTERM, end every `logs --follow` stream at once, so that the graceful shutdown
+    does not wait for them (their clients resume at their offset)."""
+    handle_exit = server.handle_exit
+
+    def handle_exit_and_end_streams(sig: int, frame: Any) -> None:
+        services.log_followers.close_all()
+        handle_exit(sig, frame)
+
+    server.handle_exit = handle_exit_and_end_streams
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
@@ -72,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
-        write_client_config=not args.no_client_config,
+        write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
+        limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
     )  # fmt: skip
     try:
         services = build_services(settings)
@@ -98,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         create_app(services), host=settings.host, port=settings.port, log_level="warning",
         timeout_graceful_shutdown=3,
     )  # fmt: skip
+    server = _quiet_exit_server(config)
+    _ending_follow_streams(server, services)
     try:
-        _quiet_exit_server(config).run()
+        server.run()
     finally:
         services.close()
     print("flexai server stopped", flush=True)

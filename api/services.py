@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from api.artifacts import LocalArtifactStore
+from api.artifacts import ArchiveLimits, LocalArtifactStore
+from api.followers import LogFollowers
 from api.settings import Settings
 from api.state import OperationalState
 from domain.application import TrainingJobs
@@ -23,6 +24,7 @@ class Services:
     queries: Queries
     state: OperationalState
     artifacts: LocalArtifactStore
+    log_followers: LogFollowers
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
@@ -35,12 +37,18 @@ def build_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     database = open_database(settings.resolved_database_url)
     jobs = TrainingJobs(env=settings.event_store_env())
+    limits = settings.limits
+    projector = Projector(jobs, database, skip=settings.skip_events)
+    log_followers = LogFollowers(limits.log_followers)
+    projector.listeners.append(log_followers.on_events)
+    archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
     return Services(
         settings=settings,
         jobs=jobs,
         database=database,
-        projector=Projector(jobs, database),
+        projector=projector,
         queries=Queries(database),
         state=OperationalState(database),
-        artifacts=LocalArtifactStore(settings.data_dir / "artifacts"),
+        artifacts=LocalArtifactStore(settings.data_dir / "artifacts", archive_limits),
+        log_followers=log_followers,
     )

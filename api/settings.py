@@ -5,7 +5,29 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+
+MiB = 2**20
+GiB = 2**30
+
+
+class Limits(BaseModel):
+    """What one request may cost; each is a flag of ``flexai server``."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    request_bytes: int = Field(default=1 * MiB, ge=1024)
+    """A JSON body: a job submission, a report, a registration."""
+    log_chunk_bytes: int = Field(default=4 * MiB, ge=1024)
+    """One batch of log bytes an agent ships."""
+    upload_bytes: int = Field(default=64 * GiB, ge=1024)
+    """One checkpoint or output archive, as uploaded (compressed)."""
+    archive_entries: int = Field(default=100_000, ge=1)
+    """Files and directories in one archive."""
+    archive_unpacked_bytes: int = Field(default=256 * GiB, ge=1024)
+    """What one archive unpacks to (a zip bomb's tell)."""
+    log_followers: int = Field(default=10_000, ge=1)
+    """``logs --follow`` streams open at once; one more is answered 503."""
 
 
 class Settings(BaseModel):
@@ -17,7 +39,16 @@ class Settings(BaseModel):
     scheduling_patience_s: float = 30.0
     node_timeout_s: float = 30.0
     projection_interval_s: float = 0.25
+    database_wait_s: float = Field(default=1.5, gt=0)
+    """How long a request waits for a PostgreSQL connection before it is answered 503
+    ``database-unavailable`` (kept under the 2 s within which that answer is due)."""
+    database_connect_timeout_s: int = Field(default=2, ge=2)
+    """Each attempt to connect to PostgreSQL, in whole seconds (libpq's least is 2)."""
     write_client_config: bool = True
+    limits: Limits = Field(default_factory=Limits)
+    skip_events: frozenset[int] = frozenset()
+    """Ledger positions the views pass over (an operator's way past an event they cannot
+    apply, after reading it with the audit routes)."""
 
     @property
     def resolved_database_url(self) -> str:
@@ -44,7 +75,7 @@ class Settings(BaseModel):
                 "or leave --database-url out for the embedded SQLite file"
             )
         return {
-            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "PERSISTENCE_MODULE": "projections.db:PostgresEventStore",
             "POSTGRES_DBNAME": parsed.path.lstrip("/") or "postgres",
             "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
             "POSTGRES_PORT": str(parsed.port or 5432),
@@ -52,4 +83,6 @@ class Settings(BaseModel):
             "POSTGRES_PASSWORD": unquote(parsed.password or ""),
             "POSTGRES_POOL_SIZE": "5",
             "POSTGRES_MAX_OVERFLOW": "10",
+            "POSTGRES_POOL_WAIT": str(self.database_wait_s),
+            "POSTGRES_CONNECT_TIMEOUT": str(self.database_connect_timeout_s),
         }

@@ -24,6 +24,7 @@ FOLLOW_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=60.0)
 FOLLOW_RETRIES = 5
 RETRY_DELAY = 1.0
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
 
 
 def _segment(value: str | int) -> str:
@@ -119,7 +120,10 @@ class ApiClient:
                         failures = 0
                         offset += len(chunk)
                         yield chunk
-                return
+                if not follow or self.get_job(name)["status"] in TERMINAL_STATUSES:
+                    return
+                # the server ended the stream early (it restarts): resume where we are
+                time.sleep(RETRY_DELAY)
             except httpx.ReadTimeout as error:
                 if not (follow and connected):
                     raise self._transport_error(error) from error

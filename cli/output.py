@@ -237,6 +237,15 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
             "accelerators allocated": stop.get("accelerators_allocated"),
             "reason": stop.get("reason"),
         }
+        if stop.get("exit_code") is not None:  # the entry point ended as the stop came
+            detail["stop"]["exit code"] = stop["exit_code"]
+    logs = job.get("logs_unavailable")
+    if logs:
+        detail["logs"] = {
+            "unavailable": f"stored up to byte {logs.get('offset')} of {logs.get('written')}",
+            "reason": logs.get("message"),
+            "since": format_timestamp(logs.get("at")),
+        }
     detail["spec"] = {
         "repository": {
             "url": spec.get("repository_url"),

@@ -9,6 +9,7 @@ may hold newlines and tabs) and no lone surrogates, which neither UTF-8 nor Post
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -31,6 +32,8 @@ MAX_MESSAGE = 4096
 MAX_LABEL = 255
 MAX_ACCEL_TYPE = 128
 MAX_CHECKPOINT_STRING = 256
+MAX_SPEC_BYTES = 128 * 1024
+"""A job's whole spec as JSON: every agent poll carries it."""
 
 NAME_RULE = "3 to 63 characters of letters, digits, '-' and '_', starting and ending with a letter or digit"  # noqa: E501
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{1,61}[A-Za-z0-9]")
@@ -240,6 +243,12 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
     check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
     check_entry_point(spec.get("entry_point"))
+    size = len(json.dumps(spec, ensure_ascii=False).encode())
+    if size > MAX_SPEC_BYTES:
+        raise InvalidValue(
+            "spec", f"is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted: pass "
+            "large settings in a file of the repository instead of --env or arguments",
+        )  # fmt: skip
 
 
 def _finite(value: Any) -> float | None:

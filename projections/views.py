@@ -106,6 +106,7 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "deleted_at": None,
         "failure": None,
         "stop": None,
+        "logs_unavailable": None,
         "history": [],
     }
 
@@ -147,8 +148,16 @@ def _stopped(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
         **(document["stop"] or {}),
         "accelerators_allocated": bool(released),
         "accelerators_released": released,
+        "exit_code": facts.get("exit_code"),
     }
     document["accelerators"] = []
+
+
+def _logs_unavailable(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["logs_unavailable"] = {
+        "message": facts["message"], "offset": facts["offset"], "written": facts["written"],
+        "at": at,
+    }  # fmt: skip
 
 
 def _deleted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -166,6 +175,7 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "StopFailed": _failed,
     "StopRequested": _stop_requested,
     "Stopped": _stopped,
+    "LogsUnavailable": _logs_unavailable,
     "Deleted": _deleted,
 }
 

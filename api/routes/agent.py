@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path as FsPath
+from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
-from api.deps import CurrentUser, ServicesDep
+from api.deps import CurrentUser, LedgerWritable, ServicesDep
 from api.problems import Problem
 from api.schemas import (
+    AGENT_ID_HEADER,
+    AGENT_ID_PATTERN,
     Assignment,
     Assignments,
     CheckpointPublic,
@@ -23,43 +26,81 @@ from api.schemas import (
 )
 from api.services import Services
 from domain.application import checkpoint_id as derive_checkpoint_id
+from domain.model import Node
+from domain.values import MAX_NODES, InvalidValue, check_checkpoint_name
 
 router = APIRouter(prefix="/v1/agent", tags=["agents"])
 JobId = Annotated[UUID, Path(description="the job's id")]
+AgentId = Annotated[
+    str,
+    Header(
+        alias=AGENT_ID_HEADER, pattern=AGENT_ID_PATTERN,
+        description="the agent's lasting identity: one live agent holds a node",
+    ),
+]  # fmt: skip
 
 
-def _require_job(services: Services, job_id: UUID) -> dict[str, object]:
+def _require_job(services: Services, job_id: UUID) -> dict[str, Any]:
     document = services.queries.job(str(job_id))
     if document is None:
         raise Problem(404, "job-not-found", "Job not found", f"no job with id {job_id}")
     return document
 
 
-@router.post("/nodes")
+def _require_holder(services: Services, node_id: str | None, agent_id: str) -> None:
+    """Only the agent that holds a node acts for it: a second agent under the same name is
+    refused, so no job ever runs twice."""
+    if node_id is None:
+        return
+    holder = services.state.holder(node_id)
+    if holder is None:
+        raise Problem(
+            404, "node-not-found", "Node not found",
+            f"no node with id {node_id}; register it again (restart the agent)",
+        )  # fmt: skip
+    if holder.agent_id != agent_id:
+        raise Problem(
+            409, "node-taken", "Node held by another agent",
+            f"node {node_id} is held by another agent since {holder.since}; this agent must "
+            "stop: its jobs run there",
+        )  # fmt: skip
+
+
+def _job_of_holder(services: Services, job_id: UUID, agent_id: str) -> dict[str, Any]:
+    document = _require_job(services, job_id)
+    _require_holder(services, document.get("node_id"), agent_id)
+    return document
+
+
+@router.post("/nodes", dependencies=[Depends(LedgerWritable)])
 def register_node(body: NodeRegister, services: ServicesDep, _: CurrentUser) -> NodeRegistered:
-    """Register a node (again): its name, accelerator count and type."""
+    """Register a node (again): its name, accelerators, and the agent that holds it."""
+    node_id = str(Node.create_id(body.name))
+    services.state.claim_node(
+        node_id, body.name, body.agent_id, services.settings.node_timeout_s
+    )
     node_id, outcome = services.jobs.register_node(body.name, body.accels, body.accel_type)
     services.projector.wait(outcome.position)
-    services.state.heartbeat(node_id)
     services.scheduler_wakeup.set()
     return NodeRegistered(node_id=node_id, name=body.name)
 
 
 @router.post("/nodes/{node_id}/heartbeat")
-def heartbeat(node_id: str, services: ServicesDep, _: CurrentUser) -> dict[str, bool]:
+def heartbeat(
+    node_id: str, agent_id: AgentId, services: ServicesDep, _: CurrentUser
+) -> dict[str, bool]:
     """Tell the control plane the node is alive."""
-    if not services.queries.node_exists(node_id):
-        raise Problem(
-            404, "node-not-found", "Node not found",
-            f"no node with id {node_id}; register it again (restart the agent)",
-        )  # fmt: skip
+    _require_holder(services, node_id, agent_id)
     services.state.heartbeat(node_id)
     return {"ok": True}
 
 
 @router.get("/nodes/{node_id}/assignments")
-def assignments(node_id: str, services: ServicesDep, _: CurrentUser) -> Assignments:
+def assignments(
+    node_id: str, agent_id: AgentId, services: ServicesDep, _: CurrentUser
+) -> Assignments:
     """The node's jobs that are building, enqueued, running or stopping."""
+    _require_holder(services, node_id, agent_id)
     documents = services.queries.assignments(node_id)
     return Assignments(
         assignments=[
@@ -75,9 +116,12 @@ def assignments(node_id: str, services: ServicesDep, _: CurrentUser) -> Assignme
     )
 
 
-@router.post("/jobs/{job_id}/reports")
-def report(job_id: JobId, body: Report, services: ServicesDep, _: CurrentUser) -> ReportAccepted:
+@router.post("/jobs/{job_id}/reports", dependencies=[Depends(LedgerWritable)])
+def report(
+    job_id: JobId, body: Report, agent_id: AgentId, services: ServicesDep, _: CurrentUser
+) -> ReportAccepted:
     """Record a build/run event of a job; a resend is acknowledged, not recorded twice."""
+    _require_holder(services, body.node_id, agent_id)
     payload = body.model_dump()
     if body.type == "exited" and body.exit_code is None:
         raise Problem(422, "invalid-request", "Invalid report", "an exited report needs exit_code")
@@ -89,6 +133,13 @@ def report(job_id: JobId, body: Report, services: ServicesDep, _: CurrentUser) -
         raise Problem(
             422, "invalid-request", "Invalid report", "a stop_failed report needs message"
         )
+    if body.type == "logs_unavailable" and (
+        body.message is None or body.offset is None or body.written is None
+    ):
+        raise Problem(
+            422, "invalid-request", "Invalid report",
+            "a logs_unavailable report needs message, offset and written",
+        )  # fmt: skip
     outcome = services.jobs.report(job_id, body.node_id, payload)
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()
@@ -97,33 +148,42 @@ def report(job_id: JobId, body: Report, services: ServicesDep, _: CurrentUser) -
 
 
 @router.post("/jobs/{job_id}/logs")
-async def ship_logs(job_id: JobId, offset: int, request: Request, services: ServicesDep,
-                    _: CurrentUser) -> Size:  # fmt: skip
+async def ship_logs(job_id: JobId, offset: int, agent_id: AgentId, request: Request,
+                    services: ServicesDep, _: CurrentUser) -> Size:  # fmt: skip
     """Append log bytes that start at ``offset`` (idempotent)."""
     if offset < 0:
         raise Problem(422, "invalid-request", "Invalid offset", "offset must be 0 or more")
-    await run_in_threadpool(_require_job, services, job_id)
-    data = await request.body()
+    await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    data = await request.body()  # at most the log chunk limit (api/limits.py)
     size = await run_in_threadpool(services.artifacts.append_log, str(job_id), offset, data)
+    services.log_followers.wake(str(job_id))
     return Size(size=size)
 
 
-@router.put("/jobs/{job_id}/checkpoints/{checkpoint_name}")
-async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str, request: Request,
-                            services: ServicesDep, _: CurrentUser) -> CheckpointPublic:  # fmt: skip
+@router.put("/jobs/{job_id}/checkpoints/{checkpoint_name}",
+            dependencies=[Depends(LedgerWritable)])  # fmt: skip
+async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str,
+                            agent_id: AgentId, request: Request, services: ServicesDep,
+                            _: CurrentUser) -> CheckpointPublic:  # fmt: skip
     """Store a checkpoint (a zip) and record it on the job's ledger."""
-    data = await request.body()
+    try:
+        check_checkpoint_name(checkpoint_name)
+    except InvalidValue as error:
+        raise Problem(422, "invalid-request", "Invalid checkpoint name", str(error),
+                      field="checkpoint_name") from None  # fmt: skip
+    document = await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    upload = await services.artifacts.receive(str(job_id), request.stream())
+    node_name = str(document["node"] or node_id)
     return await run_in_threadpool(
-        _store_checkpoint, services, job_id, checkpoint_name, node_id, data
+        _store_checkpoint, services, job_id, checkpoint_name, node_id, node_name, upload
     )
 
 
 def _store_checkpoint(
-    services: Services, job_id: UUID, name: str, node_id: str, data: bytes
+    services: Services, job_id: UUID, name: str, node_id: str, node_name: str, upload: FsPath
 ) -> CheckpointPublic:
-    node_name = str(_require_job(services, job_id)["node"] or node_id)
     checkpoint_id = derive_checkpoint_id(job_id, name)
-    metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, data)
+    metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, upload)
     checkpoint = {"id": checkpoint_id, "name": name, "node": node_name, **metadata}
     outcome = services.jobs.record_checkpoint(job_id, node_id, checkpoint)
     services.projector.wait(outcome.position)
@@ -134,12 +194,13 @@ def _store_checkpoint(
 
 
 @router.put("/jobs/{job_id}/outputs/{node_index}")
-async def upload_outputs(job_id: JobId, node_index: int, request: Request, services: ServicesDep,
+async def upload_outputs(job_id: JobId, node_index: Annotated[int, Path(ge=0, le=MAX_NODES)],
+                         agent_id: AgentId, request: Request, services: ServicesDep,
                          _: CurrentUser) -> Size:  # fmt: skip
     """Store the output directory of one node of the job (a zip)."""
-    await run_in_threadpool(_require_job, services, job_id)
-    data = await request.body()
-    size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, data)
+    await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    upload = await services.artifacts.receive(str(job_id), request.stream())
+    size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, upload)
     return Size(size=size)
 
 

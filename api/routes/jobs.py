@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from fastapi import APIRouter, Query
+import anyio
+from fastapi import APIRouter, Depends, Query
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from api.deps import CurrentUser, ServicesDep
-from api.problems import Problem
+from api.deps import CurrentUser, LedgerWritable, ServicesDep
+from api.followers import TooManyFollowers
+from api.problems import Problem, too_many_followers
 from api.schemas import (
     CheckpointPublic,
     CheckpointsPublic,
@@ -24,9 +27,12 @@ from api.schemas import (
 )
 from api.services import Services
 from domain.model import TERMINAL, Status, user
+from domain.values import BIGINT_MAX
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-FOLLOW_POLL_S = 0.1
+LOG_READ_BYTES = 256 * 1024
+FOLLOW_RECHECK_S = 1.0
+"""A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
 
 
 def duration_seconds(row: dict[str, Any]) -> float | None:
@@ -51,7 +57,7 @@ def find_job(services: Services, owner: str, name: str) -> dict[str, Any]:
     return document
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=[Depends(LedgerWritable)])
 def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> JobPublic:
     """Start a new training job."""
     spec = body.model_dump(exclude={"name"})
@@ -93,7 +99,7 @@ def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPubl
     return job_public(find_job(services, owner, name))
 
 
-@router.post("/{name}/stop", status_code=202)
+@router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
 def stop_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPublic:
     """Ask for a job to stop."""
     document = find_job(services, owner, name)
@@ -102,7 +108,7 @@ def stop_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPublic:
     return job_public(services.queries.job(document["id"]) or document)
 
 
-@router.delete("/{name}")
+@router.delete("/{name}", dependencies=[Depends(LedgerWritable)])
 def delete_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobDeleted:
     """Delete a finished job; its history stays readable for audit."""
     document = find_job(services, owner, name)
@@ -113,35 +119,75 @@ def delete_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobDelet
 
 
 @router.get("/{name}/logs", response_class=StreamingResponse)
-def job_logs(
+async def job_logs(
     name: str,
     services: ServicesDep,
     owner: CurrentUser,
-    offset: int = Query(default=0, ge=0),
+    offset: int = Query(default=0, ge=0, le=BIGINT_MAX),
     follow: bool = False,
 ) -> StreamingResponse:
     """A job's build and run output; with follow, streams until the job ends."""
-    job_id = find_job(services, owner, name)["id"]
-    return StreamingResponse(
-        _stream_log(services, job_id, offset, follow), media_type="text/plain; charset=utf-8"
+    document = await run_in_threadpool(find_job, services, owner, name)
+    job_id = document["id"]
+    if not follow:
+        return StreamingResponse(
+            _read_log(services, job_id, offset), media_type="text/plain; charset=utf-8"
+        )
+    if services.log_followers.count >= services.log_followers.limit:
+        raise too_many_followers(TooManyFollowers(services.log_followers.limit))
+    return FollowingResponse(
+        _follow_log(services, job_id, offset), media_type="text/plain; charset=utf-8"
     )
 
 
-def _stream_log(services: Services, job_id: str, offset: int, follow: bool) -> Iterator[bytes]:
-    draining = False
-    while True:
-        chunk = services.artifacts.read_log(job_id, offset)
-        if chunk:
-            offset += len(chunk)
-            yield chunk
-            continue
-        if not follow or draining:
-            return
-        document = services.queries.job(job_id)
-        # Agents ship every line before the terminal report: one more pass drains it all.
-        draining = document is None or Status(document["status"]) in TERMINAL
-        if not draining:
-            time.sleep(FOLLOW_POLL_S)
+async def _read_log(services: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
+    while chunk := services.artifacts.read_log(job_id, offset, LOG_READ_BYTES):
+        offset += len(chunk)
+        yield chunk
+
+
+async def _follow_log(services: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
+    """The log from ``offset`` as it grows, until the job is terminal and every byte is sent.
+
+    Agents ship every line before the terminal report, so one more read after the job ended
+    drains it all. Reads are small and local, so they run on the event loop: no thread waits.
+    """
+    followers = services.log_followers
+    async with followers.follow(job_id) as follower:
+        # Registered before the status is read: an end that comes in between still wakes us.
+        status = await run_in_threadpool(_status, services, job_id)
+        follower.job_ended = follower.job_ended or status is None or status in TERMINAL
+        while True:
+            ended = follower.job_ended
+            while chunk := services.artifacts.read_log(job_id, offset, LOG_READ_BYTES):
+                offset += len(chunk)
+                yield chunk
+            if ended:
+                return
+            if followers.closing:
+                return  # the server stops; the client sees the job is not over and resumes
+            await follower.sleep(FOLLOW_RECHECK_S)
+
+
+def _status(services: Services, job_id: str) -> Status | None:
+    document = services.queries.job(job_id)
+    return Status(document["status"]) if document is not None else None
+
+
+class FollowingResponse(StreamingResponse):
+    """A stream that ends as soon as its client goes away, even while it has nothing to send
+    (Starlette notices a disconnect only on the next send under ASGI 2.4)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def stream_then_stop() -> None:
+                await self.stream_response(send)
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(stream_then_stop)
+            await self.listen_for_disconnect(receive)
+            tasks.cancel_scope.cancel()
 
 
 @router.get("/{name}/checkpoints")

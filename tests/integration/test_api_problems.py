@@ -107,6 +107,7 @@ def test_a_log_upload_past_the_end_is_refused_with_the_offset_to_resend_from(
     client, headers = api
     job_id = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "logs"}).json()["id"]
     path = f"/v1/agent/jobs/{job_id}/logs"
+    headers = {**headers, "X-Flexai-Agent-Id": "agent-0123456789abcdef"}
     assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
     assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
     body = assert_problem(

@@ -347,12 +347,34 @@ def test_following_logs_resumes_at_the_byte_reached_after_a_dropped_connection(
             send(handler, 200, "text/plain", b"line 2\n")
 
     plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "succeeded"})
     assert main(["training", "logs", "my-job", "--follow"]) == 0
     assert capsysbinary.readouterr().out == b"line 1\nline 2\n"
-    assert [s.query for s in plane.seen] == [
+    assert [s.query for s in plane.seen if s.path.endswith("/logs")] == [
         {"offset": ["0"], "follow": ["true"]},
         {"offset": ["7"], "follow": ["true"]},
     ]
+
+
+def test_following_logs_resumes_when_the_server_ends_the_stream_of_a_running_job(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """A restarting server closes its follow streams cleanly; the job is not over, so the
+    client asks again from the byte it reached."""
+
+    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        send(handler, 200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else b"")
+
+    statuses = iter(["in progress", "succeeded"])
+
+    def job(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        send(handler, 200, "application/json", json.dumps({"status": next(statuses)}).encode())
+
+    plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
+    plane.routes[("GET", "/v1/jobs/my-job")] = job
+    assert main(["training", "logs", "my-job", "--follow"]) == 0
+    assert capsysbinary.readouterr().out == b"line 1\n"
+    assert [s.query["offset"] for s in plane.seen if s.path.endswith("/logs")] == [["0"], ["7"]]
 
 
 def test_logs_of_an_unknown_job_is_one_error_line(

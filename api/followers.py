@@ -1,0 +1,111 @@
+"""``logs --follow`` without a thread per follower.
+
+A follower is a coroutine that streams a job's log file from its offset, then sleeps on an
+:class:`asyncio.Event` until something happens to that job: new log bytes arrive (the log route
+wakes it), or the job reaches a terminal status (the projector's listener wakes it, for events
+written by any replica). A timer wakes it too, now and then, in case bytes arrived through
+another replica's store. A thousand quiet followers cost a thousand small objects, no thread
+and no database query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+from domain.model import EVENT_STATUS, TERMINAL, event_name
+
+
+class TooManyFollowers(Exception):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"{limit} log streams are open on this server, its limit; retry in a moment, or "
+            "read the logs without --follow"
+        )
+
+
+class Follower:
+    """One stream's wake-up call."""
+
+    def __init__(self) -> None:
+        self.woken = asyncio.Event()
+        self.job_ended = False
+
+    async def sleep(self, timeout: float) -> None:
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.woken.wait(), timeout)
+        self.woken.clear()
+
+
+class LogFollowers:
+    """The open follow streams of this server, by job."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.closing = False
+        self._by_job: defaultdict[str, set[Follower]] = defaultdict(set)
+        self._count = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @asynccontextmanager
+    async def follow(self, job_id: str) -> AsyncIterator[Follower]:
+        if self.closing:
+            raise TooManyFollowers(0)
+        with self._lock:
+            if self._count >= self.limit:
+                raise TooManyFollowers(self.limit)
+            self._loop = asyncio.get_running_loop()
+            follower = Follower()
+            self._by_job[job_id].add(follower)
+            self._count += 1
+        try:
+            yield follower
+        finally:
+            with self._lock:
+                self._count -= 1
+                followers = self._by_job[job_id]
+                followers.discard(follower)
+                if not followers:
+                    del self._by_job[job_id]
+
+    def wake(self, job_id: str, *, ended: bool = False) -> None:
+        """Something happened to ``job_id``; safe to call from any thread."""
+        with self._lock:
+            followers = list(self._by_job.get(job_id, ()))
+            loop = self._loop
+        if followers and loop is not None and not loop.is_closed():
+            # Safe from the loop itself, other threads and signal handlers alike.
+            loop.call_soon_threadsafe(_wake_all, followers, ended)
+
+    def on_events(self, domain_events: Sequence[Any]) -> None:
+        """A projector listener: a job that ended (or was deleted) ends its follow streams."""
+        for domain_event in domain_events:
+            status = EVENT_STATUS.get(event_name(domain_event))
+            if (status is not None and status in TERMINAL) or event_name(
+                domain_event
+            ) == "Deleted":
+                self.wake(str(domain_event.originator_id), ended=True)
+
+    def close_all(self) -> None:
+        """The server is stopping: every stream ends now (a client resumes at its offset)."""
+        self.closing = True
+        with self._lock:
+            jobs = list(self._by_job)
+        for job_id in jobs:
+            self.wake(job_id)
+
+
+def _wake_all(followers: list[Follower], ended: bool) -> None:
+    for follower in followers:
+        follower.job_ended = follower.job_ended or ended
+        follower.woken.set()

@@ -1,0 +1,111 @@
+"""Limits on what one request may cost, checked before the request's body is read.
+
+:class:`BodyLimits` is a pure ASGI middleware in front of the routes. For a request that
+carries a body it checks, in this order and before a byte of the body is read: the bearer
+token (401, so that an unknown client cannot make the server read 100 MB), the declared
+``Content-Length`` against the route's limit (413), then counts the bytes as the route reads
+them and stops at the limit (413, for chunked bodies that declared nothing).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+
+from api.problems import PayloadTooLarge, Problem, payload_too_large, problem_response, unauthorized
+from api.settings import Limits
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_LOGS = re.compile(r"^/v1/agent/jobs/[^/]+/logs$")
+_UPLOAD = re.compile(r"^/v1/agent/jobs/[^/]+/(checkpoints|outputs)/[^/]+$")
+_OPEN_PATHS = ("/health", "/metrics", "/docs", "/redoc", "/openapi.json")
+
+
+def body_limit(limits: Limits, method: str, path: str) -> tuple[int, str]:
+    """The most bytes a request to ``path`` may carry, and what to call them in an error."""
+    if method == "POST" and _LOGS.match(path):
+        return limits.log_chunk_bytes, "the log chunk"
+    if method == "PUT" and _UPLOAD.match(path):
+        return limits.upload_bytes, "the archive"
+    return limits.request_bytes, "the request body"
+
+
+def bearer_token(scope: Scope) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope.get("headers", ()):
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class BodyLimits:
+    """Authenticates, then bounds the body of every request that may carry one."""
+
+    def __init__(
+        self, app: ASGIApp, limits: Limits, user_for: Callable[[str], str | None]
+    ) -> None:
+        self.app = app
+        self.limits = limits
+        self.user_for = user_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if not path.startswith(_OPEN_PATHS):
+            token = bearer_token(scope)
+            user_id = await run_in_threadpool(self.user_for, token) if token else None
+            if user_id is None:
+                await self._answer(scope, send, unauthorized())
+                return
+            scope.setdefault("state", {})["user_id"] = user_id
+        limit, what = body_limit(self.limits, scope["method"], path)
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await self._answer(scope, send, payload_too_large(PayloadTooLarge(limit, what)))
+            return
+        await self.app(scope, _counting(receive, limit, what), send)
+
+    @staticmethod
+    async def _answer(scope: Scope, send: Send, problem: Problem) -> None:
+        response = problem_response(problem, None, path=scope["path"])
+        response.headers["Connection"] = "close"  # the body was not read: do not reuse
+        await response(scope, _no_receive, send)
+
+
+def _counting(receive: Receive, limit: int, what: str) -> Receive:
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise PayloadTooLarge(limit, what)
+        return message
+
+    return counted
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
