@@ -11,6 +11,7 @@ and no database query.
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
@@ -29,17 +30,40 @@ class TooManyFollowers(Exception):
         )
 
 
+BATCH_S = 0.25
+"""A woken follower reads at most this often (a thousand followers of a chatty job each read
+and send a few bigger chunks a second, not one per batch the agent ships)."""
+FOLLOWERS_PER_S = 2000
+"""Follower reads a second one server spends on one job at most: the more followers a job
+has, the longer each one's batch (1,000 followers: one read each half second)."""
+
+
 class Follower:
     """One stream's wake-up call."""
 
-    def __init__(self) -> None:
+    def __init__(self, peers: set[Follower]) -> None:
         self.woken = asyncio.Event()
         self.job_ended = False
+        self._peers = peers
+        self._last_read = 0.0
 
     async def sleep(self, timeout: float) -> None:
+        """Until woken (or ``timeout``), then until this follower's batch is due.
+
+        The pause is spread at random over the batch, so that a thousand followers woken by
+        one log chunk do not all read and send at once, which would hold up every other
+        request on the event loop.
+        """
         with suppress(TimeoutError):
-            await asyncio.wait_for(self.woken.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.woken.wait()
+        loop = asyncio.get_running_loop()
+        batch = max(BATCH_S, len(self._peers) / FOLLOWERS_PER_S)
+        due = self._last_read + batch * (0.5 + random.random() / 2)
+        if due > loop.time() and not self.job_ended:
+            await asyncio.sleep(due - loop.time())
         self.woken.clear()
+        self._last_read = loop.time()
 
 
 class LogFollowers:
@@ -65,8 +89,9 @@ class LogFollowers:
             if self._count >= self.limit:
                 raise TooManyFollowers(self.limit)
             self._loop = asyncio.get_running_loop()
-            follower = Follower()
-            self._by_job[job_id].add(follower)
+            peers = self._by_job[job_id]
+            follower = Follower(peers)
+            peers.add(follower)
             self._count += 1
         try:
             yield follower
