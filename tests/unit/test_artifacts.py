@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import tracemalloc
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,23 @@ def test_an_output_archive_is_stored_whole(store: LocalArtifactStore) -> None:
     data = zip_of({"model.pt": b"\2" * 64, "metrics.json": {"accuracy": 0.97}})
     assert store.save_output(JOB, 0, data) == len(data)
     assert store.output_path(JOB, 0).read_bytes() == data
+
+
+def test_a_zip_bomb_trainer_state_is_not_unpacked_into_memory(tmp_path: Path) -> None:
+    """A 100 MB trainer_state.json that zips to a few hundred KB used to be read whole."""
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("trainer_state.json", "w") as member:
+            for _ in range(100):
+                member.write(b" " * 2**20)
+        archive.writestr("config.json", json.dumps({"architectures": ["BertModel"]}))
+    assert bomb.stat().st_size < 1_000_000
+    tracemalloc.start()
+    try:
+        metadata = describe_checkpoint(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20
+    assert metadata["step"] is None and metadata["model"] == "BertModel"
+    assert metadata["size"] > 100 * 2**20
