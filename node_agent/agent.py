@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from node_agent.accelerators import AcceleratorPool
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
-from node_agent.reports import JobReporter
+from node_agent.reports import TRY_ONCE, JobReporter
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
@@ -164,7 +164,7 @@ class Agent:
     def _report_orphan(self, assignment: Assignment, kind: str) -> None:
         """A job listed for this node that no supervisor here knows: the agent restarted."""
         reporter = JobReporter(
-            self.client, self.node_id, assignment.job_id, give_up=_SET, retry_for=2.0
+            self.client, self.node_id, assignment.job_id, give_up=TRY_ONCE, retry_for=2.0
         )
         if kind == "stopped":
             answer = reporter.stopped()
@@ -218,7 +218,3 @@ class Agent:
                     log.info("%s works again", name)
                 failing = ""
             self._shutdown.wait(max(0.0, interval - (time.monotonic() - started)))
-
-
-_SET = threading.Event()
-_SET.set()

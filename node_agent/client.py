@@ -143,7 +143,8 @@ class ControlPlaneClient:
             params={"offset": offset},
             content=data,
             headers={"Content-Type": "application/octet-stream"},
-            retry_for=5.0,
+            # a blip only: the log shipper has its own, longer retry loop
+            retry_for=min(1.0, self.retry_for),
         )
         return int(answer.get("size", offset + len(data)))
 

@@ -6,6 +6,12 @@ batches: whenever ``max_batch`` bytes are waiting, else every ``flush_interval``
 The server appends the bytes at ``offset`` once, so a resend after a lost answer is harmless;
 when it says the offset is past its end (``log-offset-mismatch``) the shipper resends from
 the offset it expects.
+
+While the control plane cannot store logs (unreachable, or a 503 such as
+``storage-unavailable``) the shipper keeps retrying, with a backoff that doubles up to 30 s
+and honours ``Retry-After``. Once that has lasted ``unavailable_after`` seconds it calls
+``on_unavailable`` (which reports ``logs_unavailable``) once for the offset it is stuck at, so
+the user learns why the logs stop there and where the whole log is kept.
 """
 
 from __future__ import annotations
@@ -14,14 +20,25 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from node_agent.client import ApiError, ControlPlaneClient
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 
 log = logging.getLogger("flexai.agent")
 
 MAX_BATCH = 256 * 1024
+"""Far below the server's log chunk limit (4 MiB unless its operator lowered it)."""
+MIN_BATCH = 1024
+"""The smallest log chunk limit a server may set: a 413 never shrinks batches below it."""
 FLUSH_INTERVAL = 0.2
+FIRST_RETRY = 1.0
+LONGEST_RETRY = 30.0
+UNAVAILABLE_AFTER = 10.0
+
+ReportUnavailable = Callable[[str, int, int], bool]
+"""``(message, offset, written)``: report that logs cannot be shipped past ``offset``;
+True once that is settled (recorded or refused for good), False to try again later."""
 
 
 class LogShipper:
@@ -35,11 +52,16 @@ class LogShipper:
         *,
         flush_interval: float = FLUSH_INTERVAL,
         max_batch: int = MAX_BATCH,
+        unavailable_after: float = UNAVAILABLE_AFTER,
+        on_unavailable: ReportUnavailable | None = None,
     ) -> None:
         self.client = client
         self.job_id = job_id
+        self.path = path
         self.flush_interval = flush_interval
         self.max_batch = max_batch
+        self.unavailable_after = unavailable_after
+        self.on_unavailable = on_unavailable
         self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._read_fd = os.open(path, os.O_RDONLY)
         self._changed = threading.Condition()
@@ -49,8 +71,16 @@ class LogShipper:
         self._closing = False
         self._given_up = False
         self._fds_closed = False
+        self._failing_since: float | None = None  # when the current run of failures began
+        self._reported_stuck_at: int | None = None  # the offset last reported unavailable
         self._thread = threading.Thread(target=self._ship, name=f"logs-{job_id}", daemon=True)
         self._thread.start()
+
+    @property
+    def written(self) -> int:
+        """Bytes the job (and the agent's lines) wrote so far."""
+        with self._changed:
+            return self._written
 
     @property
     def acknowledged(self) -> int:
@@ -101,24 +131,67 @@ class LogShipper:
         return complete
 
     def _ship(self) -> None:
+        backoff = FIRST_RETRY
         while (batch := self._next_batch()) is not None:
             offset, data = batch
+            attempted = time.monotonic()
             try:
                 size = self.client.append_logs(self.job_id, offset, data)
+            except NodeTaken:
+                return  # the agent is going away; it says why
             except ApiError as error:
-                if not self._resync(error, offset):
-                    log.error("job %s: log shipping stopped: %s", self.job_id, error)
-                    return
-                continue
-            except Exception as error:  # unreachable, or a bug: wait, then try again
-                log.warning("job %s: logs not shipped yet: %s", self.job_id, error)
+                if self._resync(error, offset) or self._shrink(error, len(data)):
+                    continue
+                log.error("job %s: log shipping stopped: %s", self.job_id, error)
+                self._report_unavailable(f"log shipping stopped: {error}")
+                return
+            except Exception as error:  # unreachable, storage trouble, or a bug: wait, retry
+                if self._failing_since is None:
+                    self._failing_since = attempted
+                    log.warning("job %s: logs not shipped yet, retrying: %s", self.job_id, error)
+                if time.monotonic() - self._failing_since >= self.unavailable_after:
+                    self._report_unavailable(f"logs cannot be stored: {error}")
+                retry_after = error.retry_after if isinstance(error, ApiUnavailable) else None
                 with self._changed:
-                    self._changed.wait_for(lambda: self._given_up, timeout=1.0)
+                    self._changed.wait_for(
+                        lambda: self._given_up, timeout=max(backoff, retry_after or 0.0)
+                    )
+                backoff = min(backoff * 2, LONGEST_RETRY)
                 continue
+            if self._failing_since is not None:
+                log.info("job %s: logs shipped again", self.job_id)
+            self._failing_since, backoff = None, FIRST_RETRY
             with self._changed:
                 self._acked = max(offset + len(data), min(size, self._written))
                 self._last_send = time.monotonic()
                 self._changed.notify_all()
+
+    def _report_unavailable(self, what: str) -> None:
+        """Tell the control plane, once per offset, that the logs stop there for now."""
+        with self._changed:
+            offset, written = self._acked, self._written
+        if self.on_unavailable is None or self._reported_stuck_at == offset:
+            return
+        message = f"{what}; the full log is kept on the node in {self.path}"
+        if self.on_unavailable(message, offset, written):
+            self._reported_stuck_at = offset
+
+    def _shrink(self, error: ApiError, sent: int) -> bool:
+        """A batch over the server's log chunk limit (413): send smaller ones from now on."""
+        if error.status != 413:
+            return False
+        limit = error.problem.get("limit")
+        smaller = min(sent // 2, limit if isinstance(limit, int) else sent)
+        if smaller < MIN_BATCH:
+            return False
+        log.warning(
+            "job %s: the control plane takes at most %s bytes of log at once; sending %d",
+            self.job_id,
+            limit if isinstance(limit, int) else "fewer",
+            smaller,
+        )
+        self.max_batch = smaller
+        return True
 
     def _next_batch(self) -> tuple[int, bytes] | None:
         """The bytes to send next, once it is time to; None when done."""

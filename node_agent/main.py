@@ -84,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between SIGTERM and SIGKILL when a job is stopped (10)",
     )
     add(
+        "--log-drain-timeout",
+        type=_grace,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a finished job waits for its logs to be shipped before it is reported "
+        "anyway; its whole log stays in job.log on this host (60)",
+    )
+    add(
         "--connect-timeout",
         type=_seconds,
         default=10.0,
@@ -174,6 +182,7 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
             work_dir=work_dir,
             datasets_dir=datasets_dir.expanduser().resolve(),
             stop_grace=args.stop_grace,
+            log_drain_timeout=args.log_drain_timeout,
             keep_job_dirs=args.keep_job_dirs,
         ),
     )

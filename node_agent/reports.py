@@ -12,13 +12,22 @@ from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 
 log = logging.getLogger("flexai.agent")
 
+MAX_MESSAGE = 4096
+"""The longest report message the control plane takes."""
+
+TRY_ONCE = threading.Event()
+"""``give_up`` for a reporter that tries each report once (within its ``retry_for``)."""
+TRY_ONCE.set()
+
 
 @dataclass(frozen=True)
 class Answer:
-    """``accepted``: the report was recorded; ``status``: the job's status after it (or now)."""
+    """``accepted``: the report was recorded; ``status``: the job's status after it (or now);
+    ``unreachable``: the control plane could not be reached, so a later try may succeed."""
 
     accepted: bool
     status: str | None
+    unreachable: bool = False
 
 
 class JobReporter:
@@ -63,6 +72,12 @@ class JobReporter:
     def stop_failed(self, message: str) -> Answer:
         return self.send("stop_failed", message=message)
 
+    def logs_unavailable(self, message: str, offset: int, written: int) -> Answer:
+        """The logs cannot be shipped past ``offset`` for now (``written`` bytes exist)."""
+        return self.send(
+            "logs_unavailable", message=report_text(message), offset=offset, written=written
+        )
+
     def send(self, kind: str, **facts: Any) -> Answer:
         report = {"node_id": self.node_id, "type": kind, **facts}
         while True:
@@ -71,7 +86,7 @@ class JobReporter:
             except ApiUnavailable as error:
                 if self.give_up.is_set():
                     log.warning("job %s: report %s not sent: %s", self.job_id, kind, error)
-                    return Answer(False, None)
+                    return Answer(False, None, unreachable=True)
                 log.warning(
                     "job %s: report %s not sent yet, retrying: %s", self.job_id, kind, error
                 )
@@ -83,3 +98,10 @@ class JobReporter:
                 return Answer(False, str(current) if current else None)
             log.info("job %s: reported %s -> %s", self.job_id, kind, status or "?")
             return Answer(True, status or None)
+
+
+def report_text(text: str) -> str:
+    """``text`` as the control plane takes it: no control character but newline and tab, at
+    most :data:`MAX_MESSAGE` characters (the end kept: it says where the log is)."""
+    clean = "".join(c if c in "\n\t" or c.isprintable() else " " for c in text)
+    return clean if len(clean) <= MAX_MESSAGE else "..." + clean[-(MAX_MESSAGE - 3) :]

@@ -3,7 +3,10 @@
 The end of a job follows the contract of ``docs/design.md``: every log line is shipped, the
 remaining checkpoints and the output directory are uploaded, and only then is the terminal
 report (``exited``, ``stopped``, ``stop_failed``) sent, so a terminal status means the logs are
-complete.
+complete. One exception: when the control plane cannot store logs, the supervisor waits for
+them ``log_drain_timeout`` seconds at most, then reports anyway (the job must not sit
+``in progress`` after its process ended); the job has been told ``logs_unavailable`` by then,
+and its whole log stays in ``job.log`` on the node.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from node_agent.launch import job_environment
 from node_agent.logship import LogShipper
 from node_agent.models import STOP_IN_PROGRESS, Assignment, JobDirs
 from node_agent.processes import GroupProcess, exit_code
-from node_agent.reports import Answer, JobReporter
+from node_agent.reports import TRY_ONCE, Answer, JobReporter
 
 log = logging.getLogger("flexai.agent")
 
@@ -39,6 +42,10 @@ class SupervisorSettings:
     node_index: int = 0
     keep_job_dirs: bool = False
     log_flush_interval: float = 0.2
+    log_drain_timeout: float = 60.0
+    """Seconds to wait for the logs to be shipped once the job is over, before reporting."""
+    logs_unavailable_after: float = 10.0
+    """Seconds of failed log shipping before the job is told ``logs_unavailable``."""
     checkpoint_stable_for: float = 1.0
 
 
@@ -115,6 +122,8 @@ class JobSupervisor:
                 self.job_id,
                 self.dirs.log_file,
                 flush_interval=self.settings.log_flush_interval,
+                unavailable_after=self.settings.logs_unavailable_after,
+                on_unavailable=self._report_logs_unavailable,
             )
             built = self._build()
             accelerators = self._allocate(built) if built else None
@@ -301,8 +310,25 @@ class JobSupervisor:
             self._logs.write_line(line)
 
     def _ship_logs(self) -> None:
-        if self._logs is not None and not self._logs.close():
-            log.error("job %s: some log lines could not be shipped", self.job_id)
+        """Wait for the logs (at most ``log_drain_timeout`` s), then stop shipping them."""
+        logs = self._logs
+        if logs is not None and not logs.close(timeout=self.settings.log_drain_timeout):
+            log.error(
+                "job %s: %d bytes of its log were not shipped; the full log stays in %s",
+                self.job_id,
+                logs.written - logs.acknowledged,
+                self.dirs.log_file,
+            )
+
+    def _report_logs_unavailable(self, message: str, offset: int, written: int) -> bool:
+        if self._aborting.is_set():
+            return True
+        log.warning("job %s: %s", self.job_id, message)
+        reporter = JobReporter(
+            self.client, self.node_id, self.job_id, give_up=TRY_ONCE, retry_for=2.0
+        )
+        answer = reporter.logs_unavailable(message, offset, written)
+        return not answer.unreachable
 
     def _upload_outputs(self) -> None:
         archive = self.dirs.scratch / "output.zip"

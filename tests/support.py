@@ -99,12 +99,13 @@ def unzip(archive: Path) -> dict[str, bytes]:
 
 # --- a JSON HTTP server -----------------------------------------------------------------------
 
-JsonHandler = Callable[[str, str, Message, bytes], tuple[int, Any]]
+JsonHandler = Callable[[str, str, Message, bytes], tuple[Any, ...]]
 
 
 def serve_json(handle: JsonHandler) -> ThreadingHTTPServer:
     """A threaded HTTP server on a free local port, started; ``handle(method, path, headers,
-    body)`` answers GET, POST and PUT with a status and a JSON document. Call ``shutdown()``."""
+    body)`` answers GET, POST and PUT with a status and a JSON document, and optionally a dict
+    of extra headers (``Retry-After``...). Call ``shutdown()``."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -118,11 +119,13 @@ def serve_json(handle: JsonHandler) -> ThreadingHTTPServer:
 
         def answer(self, method: str) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            status, document = handle(method, self.path, self.headers, body)
+            status, document, *extra = handle(method, self.path, self.headers, body)
             data = json.dumps(document).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (extra[0] if extra else {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 

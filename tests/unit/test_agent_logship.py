@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Iterator
 from email.message import Message
 from http.server import ThreadingHTTPServer
@@ -11,9 +13,10 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from node_agent import logship
 from node_agent.client import ControlPlaneClient
 from node_agent.logship import LogShipper
-from tests.support import serve_json, server_url
+from tests.support import serve_json, server_url, wait_until
 
 
 class LogStore:
@@ -23,14 +26,30 @@ class LogStore:
         self.data = bytearray()
         self.requests = 0
         self.fail_next = 0  # answer this many requests with 503
+        self.storage_down = False  # answer 503 storage-unavailable until it is back
+        self.chunk_limit: int | None = None  # answer 413 to bigger chunks
+        self.chunks: list[int] = []  # the sizes of the chunks taken
+        self.retry_after = "0"
+        self.times: list[float] = []  # when each request came
         self.lock = threading.Lock()
 
-    def append(self, offset: int, body: bytes) -> tuple[int, dict[str, object]]:
+    def append(self, offset: int, body: bytes) -> tuple[int, dict[str, object], dict[str, str]]:
         with self.lock:
             self.requests += 1
+            self.times.append(time.monotonic())
             if self.fail_next:
                 self.fail_next -= 1
-                return 503, {"title": "unavailable"}
+                return 503, {"title": "unavailable"}, {}
+            if self.storage_down:
+                return 503, STORAGE_UNAVAILABLE, {"Retry-After": self.retry_after}
+            if self.chunk_limit is not None and len(body) > self.chunk_limit:
+                too_large = {
+                    "type": "https://flexai.dev/problems/payload-too-large",
+                    "status": 413,
+                    "detail": f"the log chunk is over {self.chunk_limit} bytes",
+                    "limit": self.chunk_limit,
+                }
+                return 413, too_large, {}
             if offset > len(self.data):
                 return 409, {
                     "type": "https://flexai.dev/problems/log-offset-mismatch",
@@ -38,15 +57,24 @@ class LogStore:
                     "status": 409,
                     "detail": f"offset {offset} is past the end",
                     "expected_offset": len(self.data),
-                }
+                }, {}  # fmt: skip
             self.data.extend(body[len(self.data) - offset :])
-            return 200, {"size": len(self.data)}
+            self.chunks.append(len(body))
+            return 200, {"size": len(self.data)}, {}
+
+
+STORAGE_UNAVAILABLE = {
+    "type": "https://flexai.dev/problems/storage-unavailable",
+    "title": "Storage unavailable",
+    "status": 503,
+    "detail": "the artifact disk refuses writes (disk full)",
+}
 
 
 def serve(store: LogStore) -> ThreadingHTTPServer:
     def answer(
         method: str, path: str, headers: Message, body: bytes
-    ) -> tuple[int, dict[str, object]]:
+    ) -> tuple[int, dict[str, object], dict[str, str]]:
         url = urlparse(path)
         assert method == "POST"
         assert headers["Authorization"] == "Bearer t0ken"
@@ -142,3 +170,88 @@ def test_close_gives_up_after_its_timeout_when_the_server_is_gone(tmp_path: Path
     shipper.write_line("nobody listens")
     assert shipper.close(timeout=0.5) is False
     client.close()
+
+
+def test_a_small_server_chunk_limit_shrinks_the_batches_and_every_byte_arrives(
+    tmp_path: Path, store: LogStore, client: ControlPlaneClient
+) -> None:
+    store.chunk_limit = 4096
+    shipper = LogShipper(client, "job-1", tmp_path / "job.log")
+    lines = [f"{i:05d} {'x' * 994}\n".encode() for i in range(100)]
+    shipper.write(b"".join(lines))
+    assert shipper.close(timeout=30)
+    assert bytes(store.data) == b"".join(lines)
+    assert max(store.chunks) <= 4096
+
+
+class Unavailability:
+    """The ``logs_unavailable`` reports a supervisor would send: (message, offset, written)."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, int, int]] = []
+
+    def __call__(self, message: str, offset: int, written: int) -> bool:
+        self.reports.append((message, offset, written))
+        return True
+
+
+def test_logs_the_server_cannot_store_are_reported_unavailable_once_then_shipped_when_it_can(
+    tmp_path: Path, store: LogStore, client: ControlPlaneClient
+) -> None:
+    store.data.extend(b"stored\n")
+    store.storage_down = True
+    report = Unavailability()
+    log_file = tmp_path / "job.log"
+    shipper = LogShipper(
+        client, "job-1", log_file, flush_interval=0.01, unavailable_after=0.3,
+        on_unavailable=report,
+    )  # fmt: skip
+    shipper.write(b"stored\n")
+    shipper.write(b"not stored yet\n")
+    wait_until(lambda: report.reports, timeout=10)
+    requests = store.requests
+    wait_until(lambda: store.requests >= requests + 2, timeout=10)  # it keeps trying
+    assert len(report.reports) == 1  # once for the offset it is stuck at
+    message, offset, written = report.reports[0]
+    assert (offset, written) == (0, 22)
+    assert "storage-unavailable: the artifact disk refuses writes (disk full)" in message
+    assert str(log_file) in message
+    store.storage_down = False
+    assert shipper.close(timeout=30)
+    assert bytes(store.data) == b"stored\nnot stored yet\n"
+
+
+def shipping_attempts(
+    store: LogStore, tmp_path: Path, seconds: float, retry_after: str = "0"
+) -> list[float]:
+    """The gaps between the shipper's tries while the server cannot store logs."""
+    store.storage_down = True
+    store.retry_after = retry_after
+    server = serve(store)
+    client = ControlPlaneClient(server_url(server), "t0ken", retry_for=0)  # no quick retries
+    shipper = LogShipper(client, "job-1", tmp_path / "job.log", flush_interval=0.01)
+    shipper.write(b"line\n")
+    time.sleep(seconds)
+    shipper.abandon()
+    client.close()
+    server.shutdown()
+    return [later - earlier for earlier, later in itertools.pairwise(store.times)]
+
+
+def test_while_the_server_cannot_store_logs_the_shipper_backs_off_up_to_a_cap(
+    tmp_path: Path, store: LogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logship, "FIRST_RETRY", 0.2)
+    monkeypatch.setattr(logship, "LONGEST_RETRY", 0.4)
+    gaps = shipping_attempts(store, tmp_path, 1.9)
+    assert len(gaps) >= 3, gaps
+    assert 0.15 < gaps[0] < 0.35, gaps
+    assert all(0.35 < gap < 0.6 for gap in gaps[1:]), gaps
+
+
+def test_the_shipper_waits_as_long_as_retry_after_asks(
+    tmp_path: Path, store: LogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(logship, "FIRST_RETRY", 0.05)
+    gaps = shipping_attempts(store, tmp_path, 1.5, retry_after="0.6")
+    assert gaps and all(gap >= 0.55 for gap in gaps), gaps

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.client import ApiError
+from node_agent.client import ApiError, ApiUnavailable
 from node_agent.models import Assignment, JobDirs, JobSpec
 from node_agent.supervisor import JobSupervisor, SupervisorSettings
 from tests.support import STUBBORN_GROUP, alive, git, job_repo, unzip, wait_until
@@ -24,6 +25,7 @@ REPORTED_STATUS = {
     "failed": "failed",
     "stopped": "stopped",
     "stop_failed": "stop failed",
+    "logs_unavailable": "in progress",
 }
 
 
@@ -34,6 +36,8 @@ class FakeControlPlane:
         self.events: list[tuple[Any, ...]] = []
         self.logs: dict[str, bytearray] = {}
         self.refuse: dict[str, str] = {}  # report type -> the status a 409 says the job has
+        self.storage_down = False  # log appends answer 503 storage-unavailable
+        self.refuse_uploads: ApiError | None = None
         self.lock = threading.Lock()
 
     def report(self, job_id: str, report: dict[str, Any], retry_for: float | None = None) -> str:
@@ -51,6 +55,10 @@ class FakeControlPlane:
         return REPORTED_STATUS[kind]
 
     def append_logs(self, job_id: str, offset: int, data: bytes) -> int:
+        if self.storage_down:
+            raise ApiUnavailable(
+                "the control plane answered 503 storage-unavailable: disk full", retry_after=0.05
+            )
         with self.lock:
             held = self.logs.setdefault(job_id, bytearray())
             assert offset <= len(held)
@@ -59,10 +67,14 @@ class FakeControlPlane:
             return len(held)
 
     def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
+        if self.refuse_uploads is not None:
+            raise self.refuse_uploads
         with self.lock:
             self.events.append(("checkpoint", job_id, name, unzip(archive)))
 
     def upload_outputs(self, job_id: str, node_index: int, archive: Path) -> None:
+        if self.refuse_uploads is not None:
+            raise self.refuse_uploads
         with self.lock:
             self.events.append(("outputs", job_id, unzip(archive)))
 
@@ -110,6 +122,7 @@ def supervise(
     job_id: str = "job-1",
     pool: AcceleratorPool | None = None,
     datasets_dir: Path | None = None,
+    settings: dict[str, Any] | None = None,
     **spec: Any,
 ) -> JobSupervisor:
     entry_point = tuple(spec.pop("entry_point", ("train.py",)))
@@ -130,6 +143,7 @@ def supervise(
             stop_grace=0.5,
             log_flush_interval=0.05,
             checkpoint_stable_for=0.2,
+            **(settings or {}),
         ),
     )
     supervisor.start()
@@ -386,3 +400,43 @@ def test_cleaning_up_a_finished_job_leaves_its_datasets_untouched(
     assert "1,2" in plane.log_text("job-1")
     assert (datasets / "mnist" / "train.csv").read_text() == "1,2\n"
     assert not (tmp_path / "agent" / "jobs" / "job-1" / "input").exists()
+
+
+def test_a_job_whose_logs_cannot_be_stored_is_told_so_and_reported_after_the_drain_timeout(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    plane.storage_down = True
+    url, _ = repo_and_commit(tmp_path, "print('trained')\n")
+    settings = {"log_drain_timeout": 1.0, "logs_unavailable_after": 0.2}
+    supervisor = supervise(tmp_path, plane, url, settings=settings)
+    supervisor.join(30)
+    assert plane.reports("job-1")[-1] == "exited"
+    assert plane.reports("job-1").count("logs_unavailable") == 1  # stuck at one offset
+    facts = plane.report_facts("job-1", "logs_unavailable")
+    log_file = tmp_path / "agent" / "jobs" / "job-1" / "job.log"
+    assert facts["offset"] == 0 and facts["written"] > 0
+    assert facts["message"].startswith("logs cannot be stored: the control plane answered 503")
+    assert facts["message"].endswith(f"the full log is kept on the node in {log_file}")
+    assert "trained" in log_file.read_text()
+
+
+def test_checkpoints_and_outputs_refused_as_too_large_are_logged_once_and_the_job_ends(
+    tmp_path: Path, plane: FakeControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    plane.refuse_uploads = ApiError(
+        413,
+        {
+            "type": "https://flexai.dev/problems/payload-too-large",
+            "detail": "the archive is over 1000 bytes; send less",
+            "limit": 1000,
+        },
+    )
+    url, _ = repo_and_commit(tmp_path, REPORTING_JOB)
+    with caplog.at_level(logging.ERROR, logger="flexai.agent"):
+        supervise(tmp_path, plane, url).join(30)
+    assert plane.reports("job-1") == ["started", "exited"]
+    assert plane.report_facts("job-1", "exited")["exit_code"] == 0
+    refusals = [r.getMessage() for r in caplog.records if "over 1000 bytes" in r.getMessage()]
+    assert len(refusals) == 2, refusals  # the checkpoint, the outputs: once each
+    assert "checkpoint checkpoint-1 not uploaded: 413 payload-too-large" in refusals[0]
+    assert "the output directory was not uploaded: 413 payload-too-large" in refusals[1]
