@@ -227,6 +227,26 @@ def test_inspect_view_tells_whether_a_stopped_job_had_accelerators(utc: None) ->
     assert "stop:\n  accelerators allocated: no\n  reason: -" in text
 
 
+def test_inspect_view_shows_the_exit_code_of_a_stop_that_raced_the_end(utc: None) -> None:
+    job = dict(SAMPLE_JOB, failure=None, status="stopped",
+               stop={"accelerators_allocated": True, "reason": None, "exit_code": 0})  # fmt: skip
+    assert "stop:\n  accelerators allocated: yes\n  reason: -\n  exit code: 0" in render_job(job)
+
+
+def test_inspect_view_says_why_logs_are_missing_and_where_they_are(utc: None) -> None:
+    job = dict(SAMPLE_JOB, logs_unavailable={
+        "message": "cannot store log bytes (Read-only file system); kept on gpu-1 at /x/job.log",
+        "offset": 1024, "written": 4096, "at": "2026-12-02T16:21:00+00:00",
+    })  # fmt: skip
+    lines = render_job(job).splitlines()
+    assert lines[lines.index("logs:"):lines.index("logs:") + 4] == [
+        "logs:",
+        "  unavailable: stored up to byte 1024 of 4096",
+        "  reason: cannot store log bytes (Read-only file system); kept on gpu-1 at /x/job.log",
+        "  since: 2026-12-02 16:21:00",
+    ]
+
+
 def test_inspect_view_survives_a_minimal_answer() -> None:
     text = render_job({"name": "bare", "status": "pending", "history": []})
     assert text.startswith("name: bare\nstatus: pending\nowner: -\n")
