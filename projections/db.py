@@ -2,17 +2,39 @@
 
 SQL is written once with ``?`` placeholders and portable types (TEXT, BIGINT, DOUBLE
 PRECISION); the PostgreSQL side turns ``?`` into ``%s``.
+
+While PostgreSQL is away (down, restarting, unreachable) no caller waits long: both the views'
+pool and the ledger's (:class:`PostgresEventStore`) raise :class:`DatabaseUnavailable` once no
+connection came within the wait, and recover by themselves once the server answers again.
 """
 
 from __future__ import annotations
 
+import select
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import psycopg
+import psycopg_pool
+from eventsourcing import persistence, postgres
+from eventsourcing.utils import Environment, EnvType
+from psycopg.rows import dict_row
+from psycopg_pool.abc import CT
+
 Row = dict[str, Any]
+
+DEFAULT_WAIT_S = 1.5
+"""How long a caller waits for a PostgreSQL connection before hearing that it is unavailable."""
+DEFAULT_CONNECT_TIMEOUT_S = 2
+"""Each attempt to connect to PostgreSQL (libpq counts whole seconds, two at the least)."""
+RECONNECT_S = 5.0
+"""A pool gives up a chain of reconnection attempts after this long and starts a fresh one on
+the next request: its back-off then never grows past a few seconds, so a server that is back is
+found at once (psycopg_pool's own default, five minutes, lets the back-off reach minutes)."""
 
 
 class Cursor(Protocol):
@@ -88,19 +110,25 @@ class SQLiteDatabase:
 class PostgresDatabase:
     dialect = "postgres"
 
-    def __init__(self, conninfo: str, max_size: int = 10) -> None:
-        import psycopg
-        from psycopg.rows import dict_row
-        from psycopg_pool import ConnectionPool
-
+    def __init__(
+        self,
+        conninfo: str,
+        max_size: int = 10,
+        *,
+        wait_s: float = DEFAULT_WAIT_S,
+        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+    ) -> None:
         # Fail fast with the server's own reason (unknown role, missing database, refused):
         # the pool would only say that it timed out.
-        psycopg.connect(conninfo, connect_timeout=5).close()
-        self._pool = ConnectionPool(
+        psycopg.connect(conninfo, connect_timeout=connect_timeout_s).close()
+        self._pool = FailFastPool(
             conninfo,
             min_size=1,
             max_size=max_size,
-            kwargs={"row_factory": dict_row, "autocommit": False},
+            kwargs={"row_factory": dict_row, "autocommit": False,
+                    "connect_timeout": connect_timeout_s},  # fmt: skip
+            timeout=wait_s,
+            reconnect_timeout=RECONNECT_S,
             open=True,
         )
 
@@ -130,24 +158,100 @@ def is_unavailable(error: BaseException) -> bool:
         return True
     if isinstance(error, sqlite3.OperationalError):
         return any(part in str(error).lower() for part in _UNAVAILABLE_SQLITE)
-    import sys
-
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is not None and isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
-        return True
-    persistence = sys.modules.get("eventsourcing.persistence")
-    if persistence is not None and isinstance(
-        error, persistence.OperationalError | persistence.InterfaceError
-    ):
+    # psycopg's OperationalError covers refused and broken connections and the pool's timeouts;
+    # eventsourcing wraps the driver's errors in its own of the same names.
+    if isinstance(
+        error,
+        psycopg.OperationalError | psycopg.InterfaceError
+        | persistence.OperationalError | persistence.InterfaceError,
+    ):  # fmt: skip
         return True
     cause = error.__cause__  # our wrappers and eventsourcing's raise theirs ``from`` the driver's
     return cause is not None and cause is not error and is_unavailable(cause)
 
 
-def open_database(url: str) -> SQLiteDatabase | PostgresDatabase:
+class FailFastPool(postgres.ConnectionPool[CT]):
+    """A pool that hands out only connections the server has not hung up on, and says
+    :class:`DatabaseUnavailable` (which eventsourcing does not retry) when none came in time.
+
+    eventsourcing retries each recorder call ten times on its OperationalError, the pool's
+    timeout included: with its own pool that is ten waits, over ten seconds, per request.
+    """
+
+    def getconn(self, timeout: float | None = None) -> CT:
+        wait_s = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                connection = super().getconn(timeout=deadline - time.monotonic())
+            except psycopg_pool.PoolTimeout as error:
+                raise DatabaseUnavailable(
+                    f"no connection to PostgreSQL within {wait_s:g} s: the server is down, "
+                    "restarting, unreachable, or every connection is busy"
+                ) from error
+            if not _hung_up(connection):
+                return connection
+            connection.close()
+            self.putconn(connection)  # discarded; the pool connects a new one in its place
+
+
+def _hung_up(connection: psycopg.Connection[Any]) -> bool:
+    """Whether the server has closed this idle connection (it restarted, crashed, or a network
+    in between dropped it).
+
+    An idle connection has nothing to read, so anything readable is its goodbye: the end of the
+    stream, or a FATAL such as "terminating connection due to administrator command". Unlike a
+    ping this costs no round trip, and it cannot hang on a server that has gone silent.
+    """
+    if connection.closed or connection.broken:
+        return True
+    poller = select.poll()
+    poller.register(connection.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class PostgresEventStore(postgres.PostgresFactory):
+    """eventsourcing's PostgreSQL infrastructure with a :class:`FailFastPool`.
+
+    Its environment adds ``POSTGRES_POOL_WAIT`` (seconds, a float: how long a recorder call
+    waits for a connection) to eventsourcing's own; ``POSTGRES_CONNECT_TIMEOUT`` bounds each
+    attempt to connect (eventsourcing also took it as its pool's wait, in whole seconds).
+    """
+
+    POSTGRES_POOL_WAIT = "POSTGRES_POOL_WAIT"
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        datastore = self.datastore
+        unopened = datastore.pool  # built by eventsourcing, not yet connected: replaced whole
+        assert isinstance(unopened.kwargs, dict)
+        connect_timeout_s = self.env.get(self.POSTGRES_CONNECT_TIMEOUT)
+        datastore.pool = FailFastPool(
+            connection_class=unopened.connection_class,
+            kwargs={**unopened.kwargs,
+                    "connect_timeout": int(connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S)},
+            min_size=unopened.min_size,
+            max_size=unopened.max_size,
+            open=False,
+            configure=datastore.after_connect_func(),
+            check=postgres.ConnectionPool.check_connection if datastore.pre_ping else None,
+            timeout=float(self.env.get(self.POSTGRES_POOL_WAIT) or DEFAULT_WAIT_S),
+            max_waiting=unopened.max_waiting,
+            max_lifetime=unopened.max_lifetime,
+            reconnect_timeout=RECONNECT_S,
+            get_password_func=unopened.get_password_func,
+        )  # fmt: skip
+
+
+def open_database(
+    url: str,
+    *,
+    wait_s: float = DEFAULT_WAIT_S,
+    connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+) -> SQLiteDatabase | PostgresDatabase:
     """``sqlite:///path/file.db`` or ``postgresql://user@host:port/dbname``."""
     if url.startswith("sqlite:///"):
         return SQLiteDatabase(url.removeprefix("sqlite:///"))
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresDatabase(url)
+        return PostgresDatabase(url, wait_s=wait_s, connect_timeout_s=connect_timeout_s)
     raise ValueError(f"unsupported database URL {url!r}: use sqlite:///PATH or postgresql://...")

@@ -1,0 +1,215 @@
+"""PostgreSQL away: every request that needs it is answered 503 ``database-unavailable`` within
+2 s (never 500, never a hang), and the server recovers by itself once PostgreSQL is back.
+
+The outage is real: the server reaches PostgreSQL through a TCP proxy that the tests cut (every
+open connection dropped, new ones refused or left unanswered) and restore.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.services import Services, build_services
+from api.settings import Settings
+from api.state import ensure_admin_token
+from domain.application import TrainingJobs
+from domain.model import user
+from projections.db import open_database
+from tests.integration.conftest import job_spec
+from tests.integration.test_api_problems import SPEC, assert_problem
+from tests.tcp_proxy import Outage, TcpProxy, tcp_proxy
+
+DUE_S = 2.0  # the 503 is due within this; generous for a noisy machine, the wait is 1.5 s
+RECOVERY_S = 8.0
+AGENT_ID = "agent-outage-0123456789"
+
+
+@dataclasses.dataclass
+class Server:
+    client: TestClient
+    services: Services
+    proxy: TcpProxy
+    headers: dict[str, str]
+    node_id: str = ""
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[Any, float]:
+        """The response and how long it took."""
+        started = time.monotonic()
+        response = self.client.request(method, path, headers=self.headers, json=body)
+        return response, time.monotonic() - started
+
+    def needs_the_database(self, name: str) -> list[tuple[str, str, Any]]:
+        """A read, a write through the ledger, and an agent's heartbeat."""
+        return [
+            ("GET", "/v1/jobs", None),
+            ("POST", "/v1/jobs", {**SPEC, "name": name}),
+            ("POST", f"/v1/agent/nodes/{self.node_id}/heartbeat", {}),
+        ]
+
+    def register_node(self) -> None:
+        body = {"name": "gpu-1", "accels": 1, "accel_type": "cpu", "agent_id": AGENT_ID}
+        response = self.client.post("/v1/agent/nodes", headers=self.headers, json=body)
+        assert response.status_code == 200, response.text
+        self.node_id = response.json()["node_id"]
+
+
+def within(seconds: float, attempt: Callable[[], bool]) -> None:
+    """Retries ``attempt`` until it holds; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not attempt():
+        assert time.monotonic() < deadline, f"not within {seconds} s"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def direct_url(postgres_url: str) -> str:
+    return postgres_url
+
+
+@pytest.fixture
+def proxy(direct_url: str) -> Iterator[TcpProxy]:
+    with tcp_proxy(direct_url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def start(
+    proxy: TcpProxy, direct_url: str, tmp_path: Path
+) -> Iterator[Callable[..., Server]]:
+    """Starts the API in-process on the database behind the proxy (the ledger only, with
+    ``ledger_only``: the views then reach PostgreSQL directly)."""
+    opened: list[tuple[TestClient, Services]] = []
+    ledgers: list[TrainingJobs] = []
+
+    def start_one(*, background: bool = True, ledger_only: bool = False,
+                  raise_server_exceptions: bool = False) -> Server:  # fmt: skip
+        proxied = Settings(data_dir=tmp_path / "data", database_url=proxy.proxied(direct_url))
+        if not ledger_only:
+            services = build_services(proxied)
+        else:  # the views' projector keeps reading the ledger directly
+            services = build_services(proxied.model_copy(update={"database_url": direct_url}))
+            ledgers.append(services.jobs)
+            services = dataclasses.replace(
+                services, jobs=TrainingJobs(env=proxied.event_store_env())
+            )
+        token, _ = ensure_admin_token(services.state, proxied.data_dir)
+        client = TestClient(create_app(services, background=background),
+                            raise_server_exceptions=raise_server_exceptions)  # fmt: skip
+        client.__enter__()
+        opened.append((client, services))
+        headers = {"Authorization": f"Bearer {token}", "X-Flexai-Agent-Id": AGENT_ID}
+        return Server(client, services, proxy, headers)
+
+    yield start_one
+    for client, services in opened:
+        client.__exit__(None, None, None)
+        services.close()
+    for ledger in ledgers:
+        ledger.close()
+
+
+def assert_unavailable_in_time(response: Any, elapsed: float) -> None:
+    assert_problem(response, 503, "database-unavailable")
+    assert response.headers["Retry-After"].isdigit()
+    assert elapsed < DUE_S, f"answered after {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("outage", ["refuse", "blackhole"])
+def test_with_postgres_away_reads_writes_and_heartbeats_are_503_within_2_s_then_recover_alone(
+    start: Callable[..., Server], direct_url: str, outage: Outage
+) -> None:
+    server = start()
+    server.register_node()
+    assert server.request("POST", "/v1/jobs", {**SPEC, "name": "before"})[0].status_code == 201
+
+    server.proxy.cut(outage)
+    replica = TrainingJobs(env=Settings(data_dir=Path(), database_url=direct_url).event_store_env())
+    try:  # another replica, still connected, records a job meanwhile
+        replica.submit("admin", "elsewhere", job_spec(), by=user("admin"))
+    finally:
+        replica.close()
+    for method, path, body in server.needs_the_database("during"):
+        response, elapsed = server.request(method, path, body)
+        assert_unavailable_in_time(response, elapsed)
+
+    server.proxy.restore()
+    within(RECOVERY_S, lambda: server.request("GET", "/v1/jobs")[0].status_code == 200)
+    for method, path, body in server.needs_the_database("after"):
+        response, _ = server.request(method, path, body)
+        assert response.status_code in (200, 201), response.text
+
+    def listed() -> set[str]:
+        return {job["name"] for job in server.request("GET", "/v1/jobs")[0].json()["jobs"]}
+
+    within(RECOVERY_S, lambda: "elsewhere" in listed())  # the views' catch-up resumed
+    assert listed() == {"before", "elsewhere", "after"}
+
+
+def test_a_write_whose_ledger_is_away_is_503_within_2_s_not_ten_retries(
+    start: Callable[..., Server],
+) -> None:
+    server = start(ledger_only=True)
+    server.proxy.cut("refuse")
+    response, elapsed = server.request("POST", "/v1/jobs", {**SPEC, "name": "during"})
+    assert_unavailable_in_time(response, elapsed)
+
+    server.proxy.restore()
+    within(RECOVERY_S, lambda: server.request("POST", "/v1/jobs", {**SPEC, "name": "after"})[0]
+           .status_code == 201)  # fmt: skip
+
+
+def test_after_a_restart_the_first_requests_succeed_on_fresh_connections(
+    start: Callable[..., Server],
+) -> None:
+    server = start()
+    server.register_node()
+    for name in ("one", "two", "three"):
+        assert server.request("POST", "/v1/jobs", {**SPEC, "name": name})[0].status_code == 201
+
+    server.proxy.cut("refuse")  # every pooled connection is closed by the "server"
+    server.proxy.restore()
+    for method, path, body in server.needs_the_database("four"):
+        response, elapsed = server.request(method, path, body)
+        assert response.status_code in (200, 201), response.text
+        assert elapsed < DUE_S
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="api/limits.py: BodyLimits looks the token up outside the exception handlers, so a "
+    "database error there reaches the server, which logs its traceback (POSTs only)",
+)
+def test_while_postgres_is_away_a_request_logs_one_line_and_no_traceback(
+    start: Callable[..., Server], caplog: pytest.LogCaptureFixture
+) -> None:
+    # An error that escapes to the server is re-raised here, as uvicorn would log its trace.
+    server = start(background=False, raise_server_exceptions=True)
+    server.register_node()
+    server.proxy.cut("refuse")
+    with caplog.at_level(logging.INFO):
+        for method, path, body in server.needs_the_database("during"):
+            response, _ = server.request(method, path, body)
+            assert response.status_code == 503
+    records = [record for record in caplog.records if record.name.startswith("api")]
+    assert len(records) == 3
+    assert all(record.levelno == logging.WARNING and not record.exc_info for record in records)
+
+
+def test_opening_a_silent_postgres_fails_within_the_connect_timeout_saying_so(
+    proxy: TcpProxy, direct_url: str
+) -> None:
+    proxy.cut("blackhole")
+    started = time.monotonic()
+    with pytest.raises(psycopg.OperationalError, match="timeout"):
+        open_database(proxy.proxied(direct_url), connect_timeout_s=2)
+    assert time.monotonic() - started < 4
