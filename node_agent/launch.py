@@ -7,10 +7,14 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from node_agent.credentials import HANDOVER_VARIABLE
 from node_agent.models import JobDirs
 
 # The agent's own settings never leak into a job (the token above all).
-_AGENT_ONLY = ("FLEXAI_TOKEN", "FLEXAI_API_URL", "FLEXAI_CONFIG", "VIRTUAL_ENV", "PYTHONHOME")
+_AGENT_ONLY = (
+    "FLEXAI_TOKEN", "FLEXAI_API_URL", "FLEXAI_CONFIG", HANDOVER_VARIABLE, "VIRTUAL_ENV",
+    "PYTHONHOME",
+)  # fmt: skip
 
 
 class EntryPointNotFound(Exception):

@@ -26,6 +26,7 @@ from node_agent.client import (
     NodeTaken,
     new_agent_id,
 )
+from node_agent.credentials import CredentialError, token_from_environment, token_from_file
 from node_agent.supervisor import SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
@@ -45,7 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("--server", metavar="URL", help="the control plane's URL (default: the client config)")
-    add("--token", help="the API token (default: FLEXAI_TOKEN or the client config)")
+    add(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="a file (mode 0600) holding the API token (default: FLEXAI_TOKEN, else the client "
+        "config); never the token itself on the command line, where `ps` shows it to all",
+    )
+    add("--token", help=argparse.SUPPRESS)  # refused: see main()
     add("--accels", type=_count, metavar="N", help="accelerators to offer (default: the GPUs)")
     add("--accel-type", metavar="NAME", help='their type (default: the GPU model, else "cpu")')
     add("--name", metavar="NODE", default=socket.gethostname(), help="node name (the hostname)")
@@ -112,10 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 2
+    if args.token is not None:
+        print(
+            "flexai agent: error: --token is refused: on the command line the token is readable "
+            "by every process on this host (`ps`); use --token-file PATH, FLEXAI_TOKEN, or the "
+            "client config",
+            file=sys.stderr,
+        )
+        return 2
     with _stderr_logging():
         try:
             return _run(args)
-        except AgentError as error:
+        except (AgentError, CredentialError) as error:
             print(f"flexai agent: error: {error}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -123,10 +139,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    environment_token = token_from_environment()  # first of all: it may restart the agent
+    token = token_from_file(args.token_file) if args.token_file else environment_token
     try:
-        config = load_client_config(args.server, args.token)
+        config = load_client_config(args.server, token)
     except ConfigError as error:
-        raise AgentError(f"{error} (or pass --server and --token)") from None
+        raise AgentError(f"{error} (or pass --server and --token-file)") from None
     if shutil.which("git") is None:
         raise AgentError("git is not installed on this host; install it to build jobs")
     settings = _settings(args)
@@ -152,7 +170,8 @@ def _run(args: argparse.Namespace) -> int:
             except ApiError as error:
                 if error.status in (401, 403):
                     raise AgentError(
-                        f"the control plane refused the token ({error}); check --token"
+                        f"the control plane refused the token ({error}); check --token-file, "
+                        "FLEXAI_TOKEN or the client config"
                     ) from None
                 raise AgentError(f"registration refused: {error}") from None
             agent.run()

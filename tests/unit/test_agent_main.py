@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -120,6 +121,20 @@ def plane() -> Iterator[tuple[ControlPlane, str]]:
     server.shutdown()
 
 
+def token_file(directory: Path, token: str = "t0ken", mode: int = 0o600) -> str:
+    """A token file as an operator writes it: the owner's alone."""
+    path = directory / f"token-{token}"
+    path.write_text(token + "\n")
+    path.chmod(mode)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def no_token_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent run in this process must not execute itself again (over pytest)."""
+    monkeypatch.delenv("FLEXAI_TOKEN", raising=False)
+
+
 AGENTS: list[subprocess.Popen[str]] = []
 
 
@@ -134,8 +149,13 @@ def end_every_agent() -> Iterator[None]:
             agent.communicate(timeout=20)
 
 
-def start_agent(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen[str]:
-    argv = ["--server", url, "--token", "t0ken", "--accels", "2", "--name", "gpu-1"]
+def start_agent(
+    tmp_path: Path, url: str, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """A real agent process; its token comes from a token file unless ``env`` holds one."""
+    argv = ["--server", url, "--accels", "2", "--name", "gpu-1"]
+    if "FLEXAI_TOKEN" not in (env or {}):
+        argv += ["--token-file", token_file(tmp_path)]
     argv += ["--work-dir", str(tmp_path / "agent"), "--poll-interval", "0.1"]
     argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5", *extra]
     code = "import sys; from node_agent.main import main; sys.exit(main(sys.argv[1:]))"
@@ -144,6 +164,7 @@ def start_agent(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, **(env or {})},
     )
     AGENTS.append(agent)
     return agent
@@ -243,7 +264,7 @@ def test_an_unreachable_server_fails_at_start_with_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = main(
-        ["--server", "http://127.0.0.1:9", "--token", "t", "--accels", "1"]
+        ["--server", "http://127.0.0.1:9", "--token-file", token_file(tmp_path), "--accels", "1"]
         + ["--work-dir", str(tmp_path), "--connect-timeout", "0.5"]
     )
     stderr = capsys.readouterr().err
@@ -259,7 +280,10 @@ def test_a_refused_token_fails_at_start_with_one_clear_line(
     tmp_path: Path, plane: tuple[ControlPlane, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, url = plane
-    code = main(["--server", url, "--token", "wrong", "--accels", "1", "--work-dir", str(tmp_path)])
+    token = token_file(tmp_path, "wrong")
+    code = main(
+        ["--server", url, "--token-file", token, "--accels", "1", "--work-dir", str(tmp_path)]
+    )
     stderr = capsys.readouterr().err
     assert code == 1
     assert stderr.startswith("flexai agent: error: the control plane refused the token")
@@ -271,7 +295,8 @@ def test_registering_a_node_another_live_agent_holds_fails_with_one_clear_line(
 ) -> None:
     state, url = plane
     state.taken = True
-    code = main(["--server", url, "--token", "t0ken", "--accels", "1", "--name", "gpu-1"]
+    code = main(["--server", url, "--token-file", token_file(tmp_path), "--accels", "1"]
+                + ["--name", "gpu-1"]
                 + ["--work-dir", str(tmp_path)])  # fmt: skip
     assert code == 1
     assert capsys.readouterr().err == (
@@ -312,7 +337,7 @@ def test_two_agents_cannot_share_a_work_directory(
     tmp_path.mkdir(exist_ok=True)
     with (tmp_path / "agent.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        argv = ["--server", "http://x", "--token", "t", "--accels", "1"]
+        argv = ["--server", "http://x", "--token-file", token_file(tmp_path), "--accels", "1"]
         code = main([*argv, "--work-dir", str(tmp_path)])
     assert code == 1
     assert "another agent is running with the work directory" in capsys.readouterr().err
@@ -330,7 +355,47 @@ def test_a_host_without_gpus_needs_accels(
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
     monkeypatch.setenv("PATH", str(bin_dir))
-    assert main(["--server", "http://x", "--token", "t", "--work-dir", str(tmp_path)]) == 1
+    token = token_file(tmp_path)
+    assert main(["--server", "http://x", "--token-file", token, "--work-dir", str(tmp_path)]) == 1
     assert capsys.readouterr().err == (
         "flexai agent: error: no GPU found on this host; pass --accels N (the job slots to offer)\n"
     )
+
+
+def test_a_token_on_the_command_line_is_refused_with_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--server", "http://x", "--token", "t0ken", "--accels", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "flexai agent: error: --token is refused: on the command line the token is readable by "
+        "every process on this host (`ps`); use --token-file PATH, FLEXAI_TOKEN, or the client "
+        "config\n"
+    )
+
+
+def test_a_token_file_other_users_can_read_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = token_file(tmp_path, mode=0o644)
+    argv = ["--server", "http://x", "--token-file", path, "--accels", "1"]
+    assert main([*argv, "--work-dir", str(tmp_path / "agent")]) == 1
+    assert capsys.readouterr().err == (
+        f"flexai agent: error: other users can read or change the token file {path} "
+        f"(mode 0644); chmod 600 {path}\n"
+    )
+
+
+def test_a_token_from_the_environment_is_not_left_in_the_agents_proc_environ(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    agent = start_agent(tmp_path, url, env={"FLEXAI_TOKEN": "t0ken"})
+    wait_until(lambda: state.heartbeats > 0)  # it registered: the token reached the agent
+    environ = Path(f"/proc/{agent.pid}/environ").read_bytes()
+    cmdline = Path(f"/proc/{agent.pid}/cmdline").read_bytes()
+    assert b"--heartbeat-interval" in cmdline  # the agent itself, executed again
+    assert b"t0ken" not in environ
+    assert b"t0ken" not in cmdline
+    assert b"FLEXAI_TOKEN" not in environ
+    code, stderr = terminate(agent)
+    assert code == 0, stderr
