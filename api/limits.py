@@ -9,14 +9,25 @@ them and stops at the limit (413, for chunked bodies that declared nothing).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
-from api.problems import PayloadTooLarge, Problem, payload_too_large, problem_response, unauthorized
+from api.problems import (
+    PayloadTooLarge,
+    Problem,
+    database_unavailable,
+    payload_too_large,
+    problem_response,
+    unauthorized,
+)
 from api.settings import Limits
+from projections.db import is_unavailable
+
+log = logging.getLogger(__name__)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -73,7 +84,14 @@ class BodyLimits:
         path: str = scope["path"]
         if not path.startswith(_OPEN_PATHS):
             token = bearer_token(scope)
-            user_id = await run_in_threadpool(self.user_for, token) if token else None
+            try:
+                user_id = await run_in_threadpool(self.user_for, token) if token else None
+            except Exception as error:  # outside the routes' handlers: answer it here
+                if not is_unavailable(error):
+                    raise
+                log.warning("%s %s: %s", scope["method"], path, error)
+                await self._answer(scope, send, database_unavailable(error))
+                return
             if user_id is None:
                 await self._answer(scope, send, unauthorized())
                 return

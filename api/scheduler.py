@@ -12,6 +12,7 @@ from uuid import UUID
 from api.services import Services
 from domain.model import DomainError, Status
 from domain.scheduling import Assign, NodeCapacity, Reject, choose_node
+from projections.db import is_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,11 @@ class Scheduler:
             self.services.scheduler_wakeup.clear()
             try:
                 self.run_once()
-            except Exception:  # each round survives its own errors
-                log.exception("scheduling round failed")
+            except Exception as error:  # each round survives its own errors
+                if is_unavailable(error):
+                    log.warning("scheduling waits for the database: %s", error)
+                else:
+                    log.exception("scheduling round failed")
 
     def stop(self) -> None:
         self._stop.set()

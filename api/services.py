@@ -35,7 +35,10 @@ class Services:
 
 def build_services(settings: Settings) -> Services:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    database = open_database(settings.resolved_database_url)
+    database = open_database(
+        settings.resolved_database_url, wait_s=settings.database_wait_s,
+        connect_timeout_s=settings.database_connect_timeout_s,
+    )  # fmt: skip
     jobs = TrainingJobs(env=settings.event_store_env())
     limits = settings.limits
     projector = Projector(jobs, database, skip=settings.skip_events)

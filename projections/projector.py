@@ -194,8 +194,11 @@ class Projector:
                 self.catch_up()
             except ProjectionHalted:
                 continue  # said loudly once; health and metrics keep saying it
-            except Exception:  # keep following; the next round retries
-                log.exception("projection catch-up failed")
+            except Exception as error:  # keep following; the next round retries
+                if is_unavailable(error):
+                    log.warning("projection catch-up waits for the database: %s", error)
+                else:
+                    log.exception("projection catch-up failed")
 
     def stop(self) -> None:
         self._stop.set()

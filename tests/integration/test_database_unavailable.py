@@ -201,11 +201,6 @@ def test_after_a_restart_the_first_requests_succeed_on_fresh_connections(
         assert elapsed < DUE_S
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api/limits.py: BodyLimits looks the token up outside the exception handlers, so a "
-    "database error there reaches the server, which logs its traceback (POSTs only)",
-)
 def test_while_postgres_is_away_a_request_logs_one_line_and_no_traceback(
     start: Callable[..., Server], caplog: pytest.LogCaptureFixture
 ) -> None:

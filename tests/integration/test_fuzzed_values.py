@@ -22,7 +22,8 @@ AGENT = {"X-Flexai-Agent-Id": "fuzz-agent-0123456789"}
 ACCEPTED = {200, 201, 404, 409, 413, 422}
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=40),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
                                                                 max_size=4),
     max_leaves=12,
