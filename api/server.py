@@ -34,6 +34,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="a node silent this long is offline")
     parser.add_argument("--no-client-config", action="store_true",
                         help="do not write the client config file")
+    parser.add_argument("--database-wait", type=float, default=1.5, metavar="SECONDS",
+                        help="how long a request waits for a PostgreSQL connection before it "
+                             "is answered 503 database-unavailable (default: %(default)s)")
     parser.add_argument("--skip-event", type=int, action="append", default=[],
                         metavar="POSITION",
                         help="let the views pass over the event at this ledger position (one "
@@ -79,6 +82,36 @@ def _ending_follow_streams(server: Any, services: Any) -> None:
     server.handle_exit = handle_exit_and_end_streams
 
 
+def _settings(args: argparse.Namespace) -> Any:
+    from api.settings import Settings
+
+    return Settings(
+        data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
+        scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
+        write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
+        database_wait_s=args.database_wait,
+        limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
+    )  # fmt: skip
+
+
+_FLAGS = {"database_wait_s": "--database-wait", "node_timeout_s": "--node-timeout",
+          "scheduling_patience_s": "--scheduling-patience"}  # fmt: skip
+
+
+def _first_error(error: ValueError) -> str:
+    """The first complaint of a pydantic ValidationError, named by its flag."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return str(error)
+    first = errors()[0]
+    field = str(first["loc"][-1]) if first["loc"] else ""
+    flag = _FLAGS.get(field) or (
+        f"--max-{field.replace('_', '-')}" if field in Limits.model_fields
+        else f"--{field.replace('_', '-')}"
+    )  # fmt: skip
+    return f"{flag}: {first['msg']}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
@@ -88,16 +121,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.app import create_app
     from api.services import build_services
-    from api.settings import Settings
     from api.state import ensure_admin_token
     from cli.config import ClientConfig, ConfigError, config_path, write_client_config
 
-    settings = Settings(
-        data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
-        scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
-        write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
-        limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
-    )  # fmt: skip
+    try:
+        settings = _settings(args)
+    except ValueError as error:  # pydantic's ValidationError: a flag out of its bounds
+        print(f"error: {_first_error(error)}", file=sys.stderr)
+        return 2
     try:
         services = build_services(settings)
     except Exception as error:  # an unreachable database, a bad URL: say it in one line

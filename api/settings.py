@@ -27,7 +27,7 @@ class Limits(BaseModel):
     archive_unpacked_bytes: int = Field(default=256 * GiB, ge=1024)
     """What one archive unpacks to (a zip bomb's tell)."""
     log_followers: int = Field(default=10_000, ge=1)
-    """``logs --follow`` streams open at once; one more is answered 503."""
+    """`logs --follow` streams open at once; one more is answered 503."""
 
 
 class Settings(BaseModel):
