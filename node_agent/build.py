@@ -3,6 +3,11 @@
 Each step either succeeds or raises :class:`BuildFailed` with a failure code from the design
 and a message the user can act on. Everything git and pip print goes to ``log`` so the user
 sees it in ``flexai training logs``.
+
+The agent does every step that needs its own rights (git, with the agent's credentials for
+private repositories; datasets; the input checkpoint) first; then it hands the job's directory
+to the job's user, who runs the steps that run code from the repository or its requirements
+(the virtual environment, pip).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from node_agent.launch import EntryPointNotFound, resolve_entry_point
+from node_agent.jobuser import JobUser, hand_over
+from node_agent.launch import EntryPointNotFound, build_environment, resolve_entry_point
 from node_agent.models import JobDirs, JobSpec
 from node_agent.processes import run_command
 
@@ -60,6 +66,8 @@ class JobBuild:
         datasets_dir: Path | None = None,
         input_checkpoint_id: str | None = None,
         fetch_checkpoint: FetchCheckpoint | None = None,
+        as_user: JobUser | None = None,
+        python: str = sys.executable,
     ) -> None:
         self.spec = spec
         self.dirs = dirs
@@ -68,16 +76,22 @@ class JobBuild:
         self.datasets_dir = datasets_dir
         self.input_checkpoint_id = input_checkpoint_id
         self.fetch_checkpoint = fetch_checkpoint
+        self.as_user = as_user
+        self.python = python
+        """The interpreter the job's virtual environment is made from (its pip installs)."""
         self.commit: str | None = None
 
     def run(self) -> BuiltJob:
         self.refuse_secrets()
         self.checkout()
         requirements = self.find_requirements()
-        self.create_venv()
-        self.install(requirements)
         self.link_datasets()
         self.unpack_input_checkpoint()
+        if self.as_user is not None and not self.as_user.is_agent:
+            self.log(f"the job's own code runs as user {self.as_user.name} from here on")
+            hand_over(self.dirs, self.as_user)
+        self.create_venv()
+        self.install(requirements)
         try:
             argv = resolve_entry_point(
                 self.spec.entry_point, self.dirs.repo, self.dirs.venv, self.spec.env
@@ -136,8 +150,8 @@ class JobBuild:
 
     def create_venv(self) -> None:
         self.log("creating the virtual environment")
-        code, tail = self._run(
-            [sys.executable, "-m", "venv", "--without-pip", str(self.dirs.venv)], self.dirs.root
+        code, tail = self._run_jobs_code(
+            [self.python, "-m", "venv", "--without-pip", str(self.dirs.venv)], self.dirs.root
         )
         if code != 0:
             raise BuildFailed(
@@ -151,9 +165,9 @@ class JobBuild:
             self.log(f"no requirements in {self.spec.requirements_path}, nothing to install")
             return
         self.log(f"installing {self.spec.requirements_path}")
-        pip = [sys.executable, "-m", "pip", "--python", str(self.dirs.venv_python), "install"]
+        pip = [self.python, "-m", "pip", "--python", str(self.dirs.venv_python), "install"]
         argv = [*pip, "--disable-pip-version-check", "--no-input", "-r", str(requirements)]
-        code, tail = self._run(argv, self.dirs.repo)
+        code, tail = self._run_jobs_code(argv, self.dirs.repo)
         if code != 0:
             raise BuildFailed(
                 "dependency_install_failed",
@@ -230,8 +244,16 @@ class JobBuild:
     def _git(self, args: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
         return self._run(["git", *args], cwd or self.dirs.root, _git_env())
 
+    def _run_jobs_code(self, argv: Sequence[str], cwd: Path) -> tuple[int, str]:
+        """A step that runs code of the job's: as the job's user, in the job's environment."""
+        return self._run(argv, cwd, build_environment(self.dirs), self.as_user)
+
     def _run(
-        self, argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: dict[str, str],
+        as_user: JobUser | None = None,
     ) -> tuple[int, str]:
         """Run a build command, its output into the log; return its code and last lines."""
         recent: deque[str] = deque(maxlen=40)
@@ -242,7 +264,7 @@ class JobBuild:
                 recent.append(line.strip())
 
         code = run_command(
-            argv, cwd=cwd, env=env or dict(os.environ), on_line=on_line, cancel=self.cancel
+            argv, cwd=cwd, env=env, on_line=on_line, cancel=self.cancel, as_user=as_user
         )
         if code is None:
             raise BuildCancelled()

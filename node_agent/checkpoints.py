@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import stat
 import threading
 import time
 import zipfile
@@ -23,38 +25,92 @@ log = logging.getLogger("flexai.agent")
 Signature = tuple[int, int, int]
 
 
-def zip_tree(source: Path, archive: Path, *, compress: bool = True) -> None:
-    """Zip a directory's contents (paths relative to it), or one file under its own name."""
+def zip_tree(source: Path, archive: Path, *, trusted: Path, compress: bool = True) -> None:
+    """Zip a directory's contents (paths relative to it), or one file under its own name.
+
+    The job owns everything below ``trusted`` (the job's directory) and may have planted
+    symbolic links there: every name from ``trusted`` down is opened without following one, so
+    the agent never packs a file of its own (its token...) for the job's user to download.
+    Links are left out, with a warning.
+    """
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
-    with zipfile.ZipFile(archive, "w", method, allowZip64=True) as bundle:
-        if not source.is_dir():
-            bundle.write(source, source.name)
+    top = _open_below(trusted, source.relative_to(trusted).parts)
+    left_out: list[str] = []
+    try:
+        with zipfile.ZipFile(archive, "w", method, allowZip64=True) as bundle:
+            if not stat.S_ISDIR(os.fstat(top).st_mode):
+                _add_file(bundle, os.dup(top), source.name, method, left_out)
+                return
+            for folder, subfolders, files, folder_fd in os.fwalk(".", dir_fd=top):
+                subfolders.sort()
+                here = os.path.normpath(folder)
+                if here != "." and not files and not subfolders:
+                    bundle.mkdir(here)  # keep empty folders
+                for name in sorted(files):
+                    relative = os.path.normpath(os.path.join(here, name))
+                    try:
+                        fd = os.open(name, _READ_NO_LINK, dir_fd=folder_fd)
+                    except OSError:  # a link (ELOOP), or gone meanwhile
+                        left_out.append(relative)
+                        continue
+                    _add_file(bundle, fd, relative, method, left_out)
+    finally:
+        os.close(top)
+    if left_out:
+        log.warning("%s: left out what is not a plain file: %s", source, ", ".join(left_out))
+
+
+_READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _open_below(trusted: Path, parts: tuple[str, ...]) -> int:
+    """Open ``trusted/parts...`` following no link after ``trusted``."""
+    fd = os.open(trusted, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            flags = _READ_NO_LINK | (os.O_DIRECTORY if index < len(parts) - 1 else 0)
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _add_file(
+    bundle: zipfile.ZipFile, fd: int, name: str, method: int, left_out: list[str]
+) -> None:
+    """Add the open file ``fd`` (closed here) under ``name``, if it is a plain file."""
+    with os.fdopen(fd, "rb") as source:
+        status = os.fstat(source.fileno())
+        if not stat.S_ISREG(status.st_mode):  # a FIFO or a device would block or never end
+            left_out.append(name)
             return
-        for folder, subfolders, files in os.walk(source):
-            subfolders.sort()
-            here = Path(folder)
-            if here != source and not files and not subfolders:
-                bundle.write(here, here.relative_to(source).as_posix())  # keep empty folders
-            for name in sorted(files):
-                path = here / name
-                if path.is_file():
-                    bundle.write(path, path.relative_to(source).as_posix())
+        moment = max(time.localtime(status.st_mtime)[:6], (1980, 1, 1, 0, 0, 0))
+        info = zipfile.ZipInfo(name, date_time=moment)
+        info.compress_type = method
+        info.external_attr = (status.st_mode & 0xFFFF) << 16
+        info.file_size = status.st_size  # lets zipfile choose ZIP64 for a large file
+        with bundle.open(info, "w") as sink:
+            shutil.copyfileobj(source, sink, 1024 * 1024)
 
 
 def signature(path: Path) -> Signature:
     """What changes whenever something is written under ``path``: count, bytes, newest mtime."""
-    if not path.is_dir():
-        stat = path.stat()
-        return (1, stat.st_size, stat.st_mtime_ns)
-    count, size, newest = 0, 0, path.stat().st_mtime_ns
+    if path.is_symlink() or not path.is_dir():  # a link is not walked: it will not be zipped
+        status = path.lstat()
+        return (1, status.st_size, status.st_mtime_ns)
+    count, size, newest = 0, 0, path.lstat().st_mtime_ns
     for folder, _subfolders, files in os.walk(path):
-        newest = max(newest, os.stat(folder).st_mtime_ns)
+        newest = max(newest, os.lstat(folder).st_mtime_ns)
         for name in files:
             try:
-                stat = os.stat(os.path.join(folder, name))
+                status = os.lstat(os.path.join(folder, name))
             except OSError:
                 continue
-            count, size, newest = count + 1, size + stat.st_size, max(newest, stat.st_mtime_ns)
+            count, size = count + 1, size + status.st_size
+            newest = max(newest, status.st_mtime_ns)
     return (count, size, newest)
 
 
@@ -140,7 +196,8 @@ class CheckpointWatcher:
         name = child.name
         archive = self.scratch / f"checkpoint-upload-{os.getpid()}-{threading.get_ident()}.zip"
         try:
-            zip_tree(child, archive, compress=False)  # weights barely compress; speed wins
+            # weights barely compress: speed wins
+            zip_tree(child, archive, trusted=self.directory.parent, compress=False)
             self.client.upload_checkpoint(self.job_id, name, self.node_id, archive)
         except ApiUnavailable as error:
             log.warning("job %s: checkpoint %s not uploaded yet: %s", self.job_id, name, error)

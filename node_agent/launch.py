@@ -79,7 +79,7 @@ def job_environment(
 ) -> dict[str, str]:
     """The entry point's environment: the node's, the user's ``--env``, then the platform's."""
     source = os.environ if base is None else base
-    env = {key: value for key, value in source.items() if key not in _AGENT_ONLY}
+    env = without_agent_settings(source)
     env.update(spec_env)
     env.update(
         {
@@ -91,9 +91,25 @@ def job_environment(
             "PYTHONUNBUFFERED": "1",
             "VIRTUAL_ENV": str(dirs.venv),
             "PATH": search_path(dirs.venv, env),
+            **home_of(dirs),
         }
     )
     return env
+
+
+def build_environment(dirs: JobDirs, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the build steps that run the job's code (venv, pip)."""
+    return {**without_agent_settings(os.environ if base is None else base), **home_of(dirs)}
+
+
+def without_agent_settings(source: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in source.items() if key not in _AGENT_ONLY}
+
+
+def home_of(dirs: JobDirs) -> dict[str, str]:
+    """A home in the job's directory: the job finds no config of the agent's user there
+    (``~/.config/flexai/config.json`` holds a token)."""
+    return {"HOME": str(dirs.home), "XDG_CONFIG_HOME": str(dirs.home / ".config")}
 
 
 def visible_devices(accelerators: Sequence[int], agent_env: Mapping[str, str]) -> str:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import fcntl
 import logging
-import os
 import shutil
 import signal
 import socket
@@ -14,20 +12,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 from cli.config import ConfigError, load_client_config
+from node_agent import workdir
 from node_agent.accelerators import detect_gpus
 from node_agent.agent import Agent, AgentSettings
-from node_agent.client import (
-    ApiError,
-    ApiUnavailable,
-    ControlPlaneClient,
-    NodeTaken,
-    new_agent_id,
-)
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
+from node_agent.jobuser import JobUserError, check_can_build, job_user, shared_user_warning
 from node_agent.supervisor import SupervisorSettings
+from node_agent.workdir import WorkDirError
 
 log = logging.getLogger("flexai.agent")
 
@@ -107,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long to try reaching the control plane at start (10)",
     )
     add(
+        "--job-user",
+        metavar="USER",
+        help="the user jobs' code runs as, who cannot read the agent's files (default: nobody "
+        "when the agent runs as root, else the agent's own user)",
+    )
+    add(
+        "--job-python",
+        metavar="PATH",
+        help="the Python that jobs' virtual environments are made from; the job user must be "
+        "able to run it, with venv and pip (default: the agent's own)",
+    )
+    add(
         "--keep-job-dirs",
         action="store_true",
         help="keep each finished job's repo, venv and outputs (default: only its job.log)",
@@ -131,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     with _stderr_logging():
         try:
             return _run(args)
-        except (AgentError, CredentialError) as error:
+        except (AgentError, CredentialError, JobUserError, WorkDirError) as error:
             print(f"flexai agent: error: {error}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -148,32 +154,25 @@ def _run(args: argparse.Namespace) -> int:
     if shutil.which("git") is None:
         raise AgentError("git is not installed on this host; install it to build jobs")
     settings = _settings(args)
-    with _exclusive(settings.supervisor.work_dir):
-        agent_id = _agent_id(settings.supervisor.work_dir)
-        client = ControlPlaneClient(config.api_url, config.token, agent_id=agent_id)
+    work_dir, user = settings.supervisor.work_dir, settings.supervisor.job_user
+    assert user is not None
+    with workdir.exclusive(work_dir, jobs_run_as_another_user=not user.is_agent):
+        if not user.is_agent or args.job_python:
+            check_can_build(user, settings.supervisor.job_python, work_dir / "jobs")
+        client = ControlPlaneClient(
+            config.api_url, config.token, agent_id=workdir.agent_id(work_dir)
+        )
         agent = Agent(client, settings)
         with _shutdown_on_signals(agent), _closing(client):
-            try:
-                agent.register(retry_for=args.connect_timeout)
-            except ApiUnavailable as error:
-                if agent.shutting_down:
-                    return 0
-                raise AgentError(
-                    f"{error}; tried for {args.connect_timeout:g} s. Is the server running "
-                    "there? Check --server"
-                ) from None
-            except NodeTaken:
-                raise AgentError(
-                    f"another agent holds node {args.name}: give this agent another --name, "
-                    "or stop the other agent first"
-                ) from None
-            except ApiError as error:
-                if error.status in (401, 403):
-                    raise AgentError(
-                        f"the control plane refused the token ({error}); check --token-file, "
-                        "FLEXAI_TOKEN or the client config"
-                    ) from None
-                raise AgentError(f"registration refused: {error}") from None
+            if not _register(agent, args):
+                return 0
+            if warning := shared_user_warning(user):
+                log.warning("%s", warning)
+            else:
+                python = settings.supervisor.job_python
+                log.info(
+                    "jobs run as %s; their virtual environments are made from %s", user.name, python
+                )
             agent.run()
     if agent.displaced_by is not None:
         raise AgentError(
@@ -182,6 +181,32 @@ def _run(args: argparse.Namespace) -> int:
         )
     log.info("agent stopped")
     return 0
+
+
+def _register(agent: Agent, args: argparse.Namespace) -> bool:
+    """Register the node; False when the agent was asked to stop meanwhile."""
+    try:
+        agent.register(retry_for=args.connect_timeout)
+    except ApiUnavailable as error:
+        if agent.shutting_down:
+            return False
+        raise AgentError(
+            f"{error}; tried for {args.connect_timeout:g} s. Is the server running "
+            "there? Check --server"
+        ) from None
+    except NodeTaken:
+        raise AgentError(
+            f"another agent holds node {args.name}: give this agent another --name, "
+            "or stop the other agent first"
+        ) from None
+    except ApiError as error:
+        if error.status in (401, 403):
+            raise AgentError(
+                f"the control plane refused the token ({error}); check --token-file, "
+                "FLEXAI_TOKEN or the client config"
+            ) from None
+        raise AgentError(f"registration refused: {error}") from None
+    return True
 
 
 def _settings(args: argparse.Namespace) -> AgentSettings:
@@ -203,49 +228,10 @@ def _settings(args: argparse.Namespace) -> AgentSettings:
             stop_grace=args.stop_grace,
             log_drain_timeout=args.log_drain_timeout,
             keep_job_dirs=args.keep_job_dirs,
+            job_user=job_user(args.job_user),
+            job_python=args.job_python or sys.executable,
         ),
     )
-
-
-@contextmanager
-def _exclusive(work_dir: Path) -> Iterator[None]:
-    """Hold the work directory's lock: two agents in one directory would trample each other."""
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        handle: IO[str] = (work_dir / "agent.lock").open("w")
-    except OSError as error:
-        raise AgentError(f"cannot use the work directory {work_dir}: {error}") from None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AgentError(
-                f"another agent is running with the work directory {work_dir}; "
-                "give each agent its own --work-dir"
-            ) from None
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        yield
-
-
-def _agent_id(work_dir: Path) -> str:
-    """This agent's lasting identity, kept in its work directory: a restart keeps its node,
-    while another agent that claims the same node name is refused as long as this one lives."""
-    path = work_dir / "agent-id"
-    try:
-        known = path.read_text().strip()
-    except FileNotFoundError:
-        known = ""
-    except OSError as error:
-        raise AgentError(f"cannot read {path}: {error}") from None
-    if len(known) >= 16 and known.isalnum():
-        return known
-    agent_id = new_agent_id()
-    try:
-        path.write_text(agent_id + "\n")
-    except OSError as error:
-        raise AgentError(f"cannot write {path}: {error}") from None
-    return agent_id
 
 
 @contextmanager

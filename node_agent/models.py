@@ -72,13 +72,17 @@ class Assignment:
 
 @dataclass(frozen=True)
 class JobDirs:
-    """``<work-dir>/jobs/<job_id>/`` and the directories the design names inside it."""
+    """``<work-dir>/jobs/<job_id>/`` and the directories the design names inside it, and the
+    agent's own scratch directory for the job, ``<work-dir>/scratch/<job_id>/``."""
 
     root: Path
+    scratch: Path
+    """Zips waiting for upload or unpacking: outside the job's directory, where the job (which
+    owns its directory and could plant a link there) never reaches."""
 
     @classmethod
     def for_job(cls, work_dir: Path, job_id: str) -> JobDirs:
-        return cls(work_dir / "jobs" / job_id)
+        return cls(work_dir / "jobs" / job_id, work_dir / "scratch" / job_id)
 
     @property
     def repo(self) -> Path:
@@ -113,30 +117,35 @@ class JobDirs:
         return self.root / "input"
 
     @property
+    def home(self) -> Path:
+        """The job's ``HOME``: its own, not the agent's (where the agent's client config is)."""
+        return self.root / "home"
+
+    @property
     def log_file(self) -> Path:
         """Everything the job printed (build and run), the shipper's source of truth."""
         return self.root / "job.log"
 
-    @property
-    def scratch(self) -> Path:
-        """Zips waiting for upload; never seen by the job."""
-        return self.root / "scratch"
-
     def create_fresh(self) -> None:
-        """Start from an empty job directory (a rebuild after an agent restart included)."""
-        if self.root.exists():
-            shutil.rmtree(self.root)
+        """Start from empty directories (a rebuild after an agent restart included), each the
+        agent's alone until the job's directory is handed to the job's user."""
+        for directory in (self.root, self.scratch):
+            if directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir(parents=True)
+            directory.chmod(0o700)
         for directory in (
             self.output,
             self.output_checkpoint,
             self.input_checkpoint,
             self.input,
-            self.scratch,
+            self.home / ".config",
         ):
             directory.mkdir(parents=True)
 
     def remove_all_but_log(self) -> None:
         """Free the disk once the job is over; the log stays for the node's operator."""
+        shutil.rmtree(self.scratch, ignore_errors=True)
         if not self.root.exists():
             return
         for child in self.root.iterdir():

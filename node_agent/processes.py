@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from node_agent.jobuser import JobUser
+
 _PROC = Path("/proc")
 _MAX_LINE = 64 * 1024
 
@@ -64,6 +66,7 @@ class GroupProcess:
         cwd: Path,
         env: Mapping[str, str],
         on_output: Callable[[bytes], None],
+        as_user: JobUser | None = None,
     ) -> None:
         self._process = subprocess.Popen(
             list(argv),
@@ -73,6 +76,7 @@ class GroupProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            **(as_user.popen_options() if as_user else {}),
         )
         self.pid = self._process.pid
         self._on_output = on_output
@@ -137,8 +141,9 @@ def run_command(
     on_line: Callable[[str], None],
     cancel: threading.Event,
     grace: float = 5.0,
+    as_user: JobUser | None = None,
 ) -> int | None:
-    """Run a command to its end, one decoded line at a time to ``on_line``.
+    """Run a command to its end (as ``as_user``), one decoded line at a time to ``on_line``.
 
     Returns its exit code, or None when ``cancel`` was set (the group is then ended first).
     """
@@ -149,6 +154,7 @@ def run_command(
         cwd=cwd,
         env=env,
         on_output=lambda raw: on_line(raw.decode(errors="replace").rstrip("\r\n")),
+        as_user=as_user,
     )
     while (returncode := process.wait(0.1)) is None:
         if cancel.is_set():

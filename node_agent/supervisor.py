@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shlex
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from node_agent.accelerators import AcceleratorPool
 from node_agent.build import BuildCancelled, BuildFailed, BuiltJob, CheckpointMissing, JobBuild
 from node_agent.checkpoints import CheckpointWatcher, zip_tree
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.jobuser import JobUser
 from node_agent.launch import job_environment
 from node_agent.logship import LogShipper
 from node_agent.models import STOP_IN_PROGRESS, Assignment, JobDirs
@@ -47,6 +49,10 @@ class SupervisorSettings:
     logs_unavailable_after: float = 10.0
     """Seconds of failed log shipping before the job is told ``logs_unavailable``."""
     checkpoint_stable_for: float = 1.0
+    job_user: JobUser | None = None
+    """Who runs the job's own code (venv, pip, the entry point); None: the agent itself."""
+    job_python: str = sys.executable
+    """The interpreter jobs' virtual environments are made from."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,8 @@ class JobSupervisor:
             datasets_dir=self.settings.datasets_dir,
             input_checkpoint_id=self.assignment.input_checkpoint_id,
             fetch_checkpoint=self._fetch_checkpoint,
+            as_user=self.settings.job_user,
+            python=self.settings.job_python,
         )
         try:
             if self._stopping.is_set():
@@ -236,7 +244,13 @@ class JobSupervisor:
         """Run the entry point until it ends by itself or is stopped."""
         assert self._logs is not None
         try:
-            process = GroupProcess(argv, cwd=self.dirs.repo, env=env, on_output=self._logs.write)
+            process = GroupProcess(
+                argv,
+                cwd=self.dirs.repo,
+                env=env,
+                on_output=self._logs.write,
+                as_user=self.settings.job_user,
+            )
         except OSError as error:
             self._say(f"[agent] cannot start the entry point: {error}")
             return Ended(None, [], stopped=True) if self._stopping.is_set() else Ended(126, [])
@@ -333,7 +347,7 @@ class JobSupervisor:
     def _upload_outputs(self) -> None:
         archive = self.dirs.scratch / "output.zip"
         try:
-            zip_tree(self.dirs.output, archive)
+            zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
             self.client.upload_outputs(self.job_id, self.settings.node_index, archive)
         except (ApiError, ApiUnavailable, OSError) as error:
             log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)

@@ -7,12 +7,16 @@ import base64
 import hashlib
 import json
 import os
+import pwd
+import shutil
 import subprocess
+import tempfile
 import textwrap
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -171,6 +175,39 @@ def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+# --- another user ---------------------------------------------------------------------------
+
+
+def python_for_user(name: str) -> str | None:
+    """An interpreter user ``name`` can run, with venv and pip, to make jobs' virtual
+    environments (the tests' own may sit in a home only its owner enters); None if none."""
+    from node_agent.jobuser import job_user, python_for
+
+    return python_for(job_user(name))
+
+
+def can_run_jobs_as(name: str) -> str:
+    """Why jobs cannot run as user ``name`` here, or "" when they can."""
+    if os.geteuid() != 0:
+        return "running jobs as another user needs root"
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return f"there is no user {name} on this host"
+    return ""
+
+
+@contextmanager
+def world_readable_directory() -> Iterator[Path]:
+    """A temporary directory every user may enter (pytest's are their owner's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="flexai-open-"))
+    path.chmod(0o755)
+    try:
+        yield path.resolve()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # The test oracle, written from SPEC.md's "Allowed transitions" table row by row (not taken

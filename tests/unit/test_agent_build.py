@@ -59,7 +59,7 @@ def build(
     fetch_checkpoint: FetchCheckpoint | None = None,
     **spec: Any,
 ) -> tuple[BuiltJob, JobDirs, list[str]]:
-    dirs = JobDirs(tmp_path / "job")
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
     dirs.create_fresh()
     lines: list[str] = []
     job_spec = JobSpec(
@@ -253,7 +253,7 @@ def test_a_missing_entry_point_script_fails_with_entry_point_not_found(
 
 
 def test_a_stop_during_the_build_cancels_it(tmp_path: Path, repo: Repo) -> None:
-    dirs = JobDirs(tmp_path / "job")
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
     dirs.create_fresh()
     cancel = threading.Event()
     cancel.set()

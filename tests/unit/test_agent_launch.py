@@ -14,7 +14,7 @@ from node_agent.models import JobDirs
 
 @pytest.fixture
 def dirs(tmp_path: Path) -> JobDirs:
-    dirs = JobDirs(tmp_path / "job")
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
     (dirs.repo / "scripts").mkdir(parents=True)
     dirs.venv_bin.mkdir(parents=True)
     (dirs.repo / "train.py").write_text("print('train')\n")
@@ -95,7 +95,8 @@ def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> Non
     assert env["VIRTUAL_ENV"] == str(dirs.venv)
     assert env["PATH"] == f"{dirs.venv_bin}{os.pathsep}/usr/bin"
     assert env["LR"] == "0.1"
-    assert env["HOME"] == "/h"
+    assert env["HOME"] == str(dirs.home)  # not the agent's: its client config holds a token
+    assert env["XDG_CONFIG_HOME"] == str(dirs.home / ".config")
 
 
 def test_the_agents_token_never_reaches_the_job(dirs: JobDirs) -> None:

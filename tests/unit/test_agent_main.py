@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -135,6 +136,9 @@ def no_token_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FLEXAI_TOKEN", raising=False)
 
 
+# pytest's temporary directories are their owner's alone: jobs run as the test's own user.
+AS_ME = ["--job-user", pwd.getpwuid(os.geteuid()).pw_name]
+
 AGENTS: list[subprocess.Popen[str]] = []
 
 
@@ -157,7 +161,7 @@ def start_agent(
     if "FLEXAI_TOKEN" not in (env or {}):
         argv += ["--token-file", token_file(tmp_path)]
     argv += ["--work-dir", str(tmp_path / "agent"), "--poll-interval", "0.1"]
-    argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5", *extra]
+    argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5", *AS_ME, *extra]
     code = "import sys; from node_agent.main import main; sys.exit(main(sys.argv[1:]))"
     agent = subprocess.Popen(
         [sys.executable, "-c", code, *argv],
@@ -190,6 +194,7 @@ def test_the_agent_runs_an_assigned_job_to_success_and_stops_on_sigterm(
     assert code == 0
     assert "registered node gpu-1 (id node-1) with 2 accelerators of type cpu" in stderr
     assert "job job-1 (job-1): taken" in stderr
+    assert stderr.count("jobs run as") == 1  # the warning that jobs share the agent's user
     assert "Traceback" not in stderr
 
 
@@ -265,7 +270,7 @@ def test_an_unreachable_server_fails_at_start_with_one_clear_line(
 ) -> None:
     code = main(
         ["--server", "http://127.0.0.1:9", "--token-file", token_file(tmp_path), "--accels", "1"]
-        + ["--work-dir", str(tmp_path), "--connect-timeout", "0.5"]
+        + ["--work-dir", str(tmp_path), "--connect-timeout", "0.5", *AS_ME]
     )
     stderr = capsys.readouterr().err
     assert code == 1
@@ -283,6 +288,7 @@ def test_a_refused_token_fails_at_start_with_one_clear_line(
     token = token_file(tmp_path, "wrong")
     code = main(
         ["--server", url, "--token-file", token, "--accels", "1", "--work-dir", str(tmp_path)]
+        + AS_ME
     )
     stderr = capsys.readouterr().err
     assert code == 1
@@ -297,7 +303,7 @@ def test_registering_a_node_another_live_agent_holds_fails_with_one_clear_line(
     state.taken = True
     code = main(["--server", url, "--token-file", token_file(tmp_path), "--accels", "1"]
                 + ["--name", "gpu-1"]
-                + ["--work-dir", str(tmp_path)])  # fmt: skip
+                + ["--work-dir", str(tmp_path), *AS_ME])  # fmt: skip
     assert code == 1
     assert capsys.readouterr().err == (
         "flexai agent: error: another agent holds node gpu-1: give this agent another --name, "
@@ -327,7 +333,7 @@ def test_the_token_and_server_come_from_the_client_config_when_not_given(
     monkeypatch.setenv("FLEXAI_CONFIG", str(config))
     monkeypatch.delenv("FLEXAI_API_URL", raising=False)
     monkeypatch.delenv("FLEXAI_TOKEN", raising=False)
-    assert main(["--accels", "1", "--work-dir", str(tmp_path / "agent")]) == 1
+    assert main(["--accels", "1", "--work-dir", str(tmp_path / "agent"), *AS_ME]) == 1
     assert "refused the token" in capsys.readouterr().err  # it reached the configured server
 
 

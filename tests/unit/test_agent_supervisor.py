@@ -197,7 +197,7 @@ def test_a_job_runs_in_its_environment_and_reports_exited_after_logs_checkpoints
     assert "[build] cloning" in log
     assert log.rstrip().endswith("[agent] the entry point exited with code 0")
     assert "last line" in log
-    dirs = JobDirs(tmp_path / "agent" / "jobs" / "job-1")
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
     seen = json.loads(next(line[4:] for line in log.splitlines() if line.startswith("ENV ")))
     assert seen == {
         "FLEXAI_OUTPUT_DIR": str(dirs.output),
