@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -118,7 +119,19 @@ def _wait(condition: Callable[[], bool], what: str, cluster: Cluster, timeout: f
         time.sleep(0.1)
 
 
-def start_cluster(root: Path, database_url: str | None, accels: int = 1) -> Cluster:
+def start_cluster(
+    root: Path,
+    database_url: str | None,
+    accels: int = 1,
+    *,
+    job_user: str | None = None,
+    job_python: str | None = None,
+    token_in_environment: bool = False,
+) -> Cluster:
+    """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
+    as pytest's temporary directories are that user's alone). The agent's token comes from
+    the client config the server wrote, or from ``FLEXAI_TOKEN`` with
+    ``token_in_environment``."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -151,8 +164,12 @@ def start_cluster(root: Path, database_url: str | None, accels: int = 1) -> Clus
     _wait(ready, "server start", cluster)
     cluster.token = json.loads(config.read_text())["token"]
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
-                  "--name", "test-node", "--work-dir", str(root / "agent")]  # fmt: skip
-    _start(cluster, "agent", agent_args, env)
+                  "--name", "test-node", "--work-dir", str(root / "agent"),
+                  "--job-user", job_user or pwd.getpwuid(os.geteuid()).pw_name]  # fmt: skip
+    if job_python:
+        agent_args += ["--job-python", job_python]
+    agent_env = {**env, "FLEXAI_TOKEN": cluster.token} if token_in_environment else env
+    _start(cluster, "agent", agent_args, agent_env)
 
     def registered() -> bool:
         nodes = cluster.api("GET", "/v1/nodes").json().get("nodes", [])
