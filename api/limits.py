@@ -37,6 +37,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LOGS = re.compile(r"^/v1/agent/jobs/[^/]+/logs$")
 _UPLOAD = re.compile(r"^/v1/agent/jobs/[^/]+/(checkpoints|outputs)/[^/]+$")
+DRAIN_BYTES = 16 * 2**20
+"""A body at most this much over its limit is read and dropped before the 413 is sent, so that
+the client sees the answer; a larger one is cut off (its connection closed)."""
 _OPEN_PATHS = ("/health", "/metrics", "/docs", "/redoc", "/openapi.json")
 
 
@@ -99,6 +102,8 @@ class BodyLimits:
         limit, what = body_limit(self.limits, scope["method"], path)
         declared = _content_length(scope)
         if declared is not None and declared > limit:
+            if declared <= limit + DRAIN_BYTES:
+                await _drain(receive)  # so that the client reads the 413, not a reset
             await self._answer(scope, send, payload_too_large(PayloadTooLarge(limit, what)))
             return
         await self.app(scope, _counting(receive, limit, what), send)
@@ -108,6 +113,13 @@ class BodyLimits:
         response = problem_response(problem, None, path=scope["path"])
         response.headers["Connection"] = "close"  # the body was not read: do not reuse
         await response(scope, _no_receive, send)
+
+
+async def _drain(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 def _counting(receive: Receive, limit: int, what: str) -> Receive:

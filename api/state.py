@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -138,8 +139,10 @@ def ensure_admin_token(state: OperationalState, data_dir: Path) -> tuple[str, bo
     created = not path.exists()
     if created:
         token = secrets.token_urlsafe(32)
-        path.write_text(token + "\n")
-        path.chmod(0o600)
+        # Created 0600: never readable by others, not even between a write and a chmod.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
     token = path.read_text().strip()
     state.add_token(token, "admin")
     return token, created

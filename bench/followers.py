@@ -153,7 +153,7 @@ class Holder:
     def __init__(self, server: Server, count: int) -> None:
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--hold", str(count), "--url", server.url,
-             "--token", server.token],
+             f"--token={server.token}"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.process.stdout is not None

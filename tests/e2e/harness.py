@@ -112,6 +112,7 @@ def _wait(condition: Callable[[], bool], what: str, cluster: Cluster, timeout: f
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline or any(p.poll() is not None for p in cluster.processes):
+            cluster.stop()  # no process outlives a failed start
             raise RuntimeError(
                 f"{what} did not happen\nserver log:\n{cluster.log('server')[-4000:]}"
                 f"\nagent log:\n{cluster.log('agent')[-4000:]}"
