@@ -155,8 +155,12 @@ class ControlPlaneClient:
             params={"node_id": node_id},
         )
 
-    def upload_outputs(self, job_id: str, node_index: int, archive: Path) -> None:
-        self._upload(f"/v1/agent/jobs/{_seg(job_id)}/outputs/{node_index}", archive)
+    def upload_outputs(
+        self, job_id: str, node_index: int, archive: Path, *, retry_for: float | None = None
+    ) -> None:
+        self._upload(
+            f"/v1/agent/jobs/{_seg(job_id)}/outputs/{node_index}", archive, retry_for=retry_for
+        )
 
     def download_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
         """Save the checkpoint's zip at ``destination``."""
@@ -175,7 +179,13 @@ class ControlPlaneClient:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _upload(self, path: str, archive: Path, params: Mapping[str, Any] | None = None) -> None:
+    def _upload(
+        self,
+        path: str,
+        archive: Path,
+        params: Mapping[str, Any] | None = None,
+        retry_for: float | None = None,
+    ) -> None:
         def attempt() -> httpx.Response:
             with archive.open("rb") as source:
                 return self._http.put(
@@ -188,7 +198,7 @@ class ControlPlaneClient:
                     },
                 )
 
-        self._with_retries(attempt, None)
+        self._with_retries(attempt, retry_for)
 
     def _json(
         self, method: str, path: str, *, retry_for: float | None = None, **kwargs: Any

@@ -88,6 +88,11 @@ class LogShipper:
         with self._changed:
             return self._acked
 
+    @property
+    def reported_unavailable_at(self) -> int | None:
+        """The offset the shipper last told the control plane it is stuck at."""
+        return self._reported_stuck_at
+
     def write(self, data: bytes) -> None:
         """Append output bytes; never blocks on the network."""
         if not data:

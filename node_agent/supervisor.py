@@ -327,11 +327,21 @@ class JobSupervisor:
         """Wait for the logs (at most ``log_drain_timeout`` s), then stop shipping them."""
         logs = self._logs
         if logs is not None and not logs.close(timeout=self.settings.log_drain_timeout):
+            missing = logs.written - logs.acknowledged
             log.error(
                 "job %s: %d bytes of its log were not shipped; the full log stays in %s",
                 self.job_id,
-                logs.written - logs.acknowledged,
+                missing,
                 self.dirs.log_file,
+            )
+            if logs.reported_unavailable_at == logs.acknowledged:
+                return  # already said in the ledger
+            self._report_logs_unavailable(  # said in the ledger before the end is reported
+                f"the last {missing} bytes of the log could not be shipped within "
+                f"{self.settings.log_drain_timeout:g} s; the full log stays on this node in "
+                f"{self.dirs.log_file}",
+                logs.acknowledged,
+                logs.written,
             )
 
     def _report_logs_unavailable(self, message: str, offset: int, written: int) -> bool:
@@ -348,7 +358,9 @@ class JobSupervisor:
         archive = self.dirs.scratch / "output.zip"
         try:
             zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
-            self.client.upload_outputs(self.job_id, self.settings.node_index, archive)
+            # Bounded like the logs: the job's end must be reported even if storage is down.
+            self.client.upload_outputs(self.job_id, self.settings.node_index, archive,
+                                       retry_for=self.settings.log_drain_timeout)  # fmt: skip
         except (ApiError, ApiUnavailable, OSError) as error:
             log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)
         finally:

@@ -72,7 +72,9 @@ class FakeControlPlane:
         with self.lock:
             self.events.append(("checkpoint", job_id, name, unzip(archive)))
 
-    def upload_outputs(self, job_id: str, node_index: int, archive: Path) -> None:
+    def upload_outputs(
+        self, job_id: str, node_index: int, archive: Path, *, retry_for: float | None = None
+    ) -> None:
         if self.refuse_uploads is not None:
             raise self.refuse_uploads
         with self.lock:
@@ -418,6 +420,21 @@ def test_a_job_whose_logs_cannot_be_stored_is_told_so_and_reported_after_the_dra
     assert facts["message"].startswith("logs cannot be stored: the control plane answered 503")
     assert facts["message"].endswith(f"the full log is kept on the node in {log_file}")
     assert "trained" in log_file.read_text()
+
+
+def test_logs_still_missing_at_the_end_are_told_before_the_end_even_if_the_job_was_quick(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    """The drain ends before the shipper's own patience does: the supervisor says it."""
+    plane.storage_down = True
+    url, _ = repo_and_commit(tmp_path, "print('trained')\n")
+    settings = {"log_drain_timeout": 0.5, "logs_unavailable_after": 60.0}
+    supervisor = supervise(tmp_path, plane, url, settings=settings)
+    supervisor.join(30)
+    assert plane.reports("job-1")[-2:] == ["logs_unavailable", "exited"]
+    facts = plane.report_facts("job-1", "logs_unavailable")
+    assert "could not be shipped within 0.5 s" in facts["message"]
+    assert facts["offset"] == 0 and facts["written"] > 0
 
 
 def test_checkpoints_and_outputs_refused_as_too_large_are_logged_once_and_the_job_ends(
