@@ -128,6 +128,7 @@ def start_cluster(
     job_user: str | None = None,
     job_python: str | None = None,
     token_in_environment: bool = False,
+    agent_flags: tuple[str, ...] = (),
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
     as pytest's temporary directories are that user's alone). The agent's token comes from
@@ -169,6 +170,7 @@ def start_cluster(
                   "--job-user", job_user or pwd.getpwuid(os.geteuid()).pw_name]  # fmt: skip
     if job_python:
         agent_args += ["--job-python", job_python]
+    agent_args += agent_flags
     agent_env = {**env, "FLEXAI_TOKEN": cluster.token} if token_in_environment else env
     _start(cluster, "agent", agent_args, agent_env)
 
