@@ -30,6 +30,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
             yield
         finally:
             services.log_followers.close_all()
+            services.assignment_waiters.close_all()
             scheduler.stop()
             services.projector.stop()
 

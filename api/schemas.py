@@ -195,6 +195,8 @@ class Assignment(BaseModel):
 
 class Assignments(BaseModel):
     assignments: list[Assignment]
+    etag: str = ""
+    """A digest of ``assignments``: pass it back as ``since`` to wait for a change."""
 
 
 class Report(BaseModel):

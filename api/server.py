@@ -71,12 +71,13 @@ def _quiet_exit_server(config: Any) -> Any:
 
 
 def _ending_follow_streams(server: Any, services: Any) -> None:
-    """On SIGTERM, end every `logs --follow` stream at once, so that the graceful shutdown
-    does not wait for them (their clients resume at their offset)."""
+    """On SIGTERM, end every `logs --follow` stream and agents' long poll at once, so that the
+    graceful shutdown does not wait for them (their clients resume at their offset)."""
     handle_exit = server.handle_exit
 
     def handle_exit_and_end_streams(sig: int, frame: Any) -> None:
         services.log_followers.close_all()
+        services.assignment_waiters.close_all()
         handle_exit(sig, frame)
 
     server.handle_exit = handle_exit_and_end_streams

@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 
 from api.artifacts import ArchiveLimits, LocalArtifactStore
+from api.assignment_waiters import AssignmentWaiters
 from api.followers import LogFollowers
 from api.settings import Settings
 from api.state import OperationalState
@@ -25,6 +26,7 @@ class Services:
     state: OperationalState
     artifacts: LocalArtifactStore
     log_followers: LogFollowers
+    assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
 
     def close(self) -> None:
@@ -44,6 +46,8 @@ def build_services(settings: Settings) -> Services:
     projector = Projector(jobs, database, skip=settings.skip_events)
     log_followers = LogFollowers(limits.log_followers)
     projector.listeners.append(log_followers.on_events)
+    assignment_waiters = AssignmentWaiters()
+    projector.listeners.append(assignment_waiters.on_events)
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
     return Services(
         settings=settings,
@@ -54,4 +58,5 @@ def build_services(settings: Settings) -> Services:
         state=OperationalState(database),
         artifacts=LocalArtifactStore(settings.data_dir / "artifacts", archive_limits),
         log_followers=log_followers,
+        assignment_waiters=assignment_waiters,
     )

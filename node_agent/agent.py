@@ -1,9 +1,10 @@
 """The node agent: registers the node, beats its heart, and follows its assignments.
 
 Two periodic tasks run until shutdown, each surviving its own errors: the heartbeat, and the
-poll of ``GET /v1/agent/nodes/{node_id}/assignments`` that starts a supervisor for each new job
-and passes on the user's stops. Each job lives in its own :class:`JobSupervisor` thread, so one
-job's build, logs or uploads never hold up another's.
+long poll of ``GET /v1/agent/nodes/{node_id}/assignments`` (answered as soon as the node's jobs
+change) that starts a supervisor for each new job and passes on the user's stops. Each job
+lives in its own :class:`JobSupervisor` thread, so one job's build, logs or uploads never hold
+up another's.
 
 When any call answers ``node-taken`` (another agent took this node over while this one was
 silent), the agent ends every job's processes at once, reports nothing, and stops: a job must
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, Listing, NodeTaken
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.reports import TRY_ONCE, JobReporter
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
@@ -27,6 +28,8 @@ from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
 log = logging.getLogger("flexai.agent")
 
 _MISSING_POLLS_BEFORE_ABORT = 2
+LONG_POLL_S = 20.0
+"""How long one assignments request may wait on the control plane for a change."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,10 @@ class AgentSettings:
     supervisor: SupervisorSettings
     accel_type: str = "cpu"
     poll_interval: float = 0.5
+    """The pause before asking again after a failed poll, or when the control plane does not
+    hold polls (an older one); a control plane that does answers as soon as something changes."""
     heartbeat_interval: float = 2.0
+    long_poll: float = LONG_POLL_S
 
 
 class Agent:
@@ -49,6 +55,7 @@ class Agent:
         self._finished: set[str] = set()  # jobs this agent has seen to their end
         self._missing: dict[str, int] = {}  # polls in a row a supervised job was not listed
         self._shutdown = threading.Event()
+        self._etag = ""  # of the last assignments answer: the next poll waits for a change
         self.displaced_by: NodeTaken | None = None
         """Set when another agent took this node over: the agent then stops."""
         client.when_node_taken(self._give_up_the_node)
@@ -79,7 +86,7 @@ class Agent:
         )
         heartbeat.start()
         try:
-            self._every("poll", self.settings.poll_interval, self.poll_once)
+            self._every("poll", self.settings.poll_interval, self.poll_once, at_once=True)
         finally:
             self.abort_jobs()
             heartbeat.join(timeout=5)
@@ -119,14 +126,46 @@ class Agent:
             self._register_again_if_unknown(error)
             raise
 
-    def poll_once(self) -> None:
+    def poll_once(self) -> bool:
+        """Ask for this node's jobs, waiting on the control plane for a change since the last
+        answer, and act on them; True when the next poll may follow at once."""
+        since, started = self._etag, time.monotonic()
         try:
-            assignments = self.client.assignments(self.node_id)
+            listing = self._ask_for_assignments(since)
         except ApiError as error:
+            self._etag = ""
             self._register_again_if_unknown(error)
             raise
+        self._etag = listing.etag
         self._reap_finished()
-        self.reconcile(assignments)
+        self.reconcile(listing.assignments)
+        held = time.monotonic() - started >= self.settings.long_poll / 2
+        return bool(listing.etag) and (listing.etag != since or held)
+
+    def _ask_for_assignments(self, since: str) -> Listing:
+        """The (long) poll, in a thread of its own: a shutdown does not wait for its answer."""
+        answer: list[Listing | Exception] = []
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                answer.append(
+                    self.client.poll_assignments(
+                        self.node_id, since=since or None, wait=self.settings.long_poll
+                    )
+                )
+            except Exception as error:  # raised in the agent's loop below
+                answer.append(error)
+            finally:
+                done.set()
+
+        threading.Thread(target=ask, name="assignments", daemon=True).start()
+        while not done.wait(0.1):
+            if self._shutdown.is_set():
+                raise ApiUnavailable("the agent is shutting down")
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
 
     def reconcile(self, assignments: list[Assignment]) -> None:
         """Bring this node in line with what the control plane says its jobs are."""
@@ -200,12 +239,17 @@ class Agent:
             log.warning("the control plane does not know this node any more; registering again")
             self.register()
 
-    def _every(self, name: str, interval: float, task: Callable[[], None]) -> None:
+    def _every(
+        self, name: str, interval: float, task: Callable[[], object], at_once: bool = False
+    ) -> None:
+        """Run ``task`` every ``interval`` seconds; with ``at_once``, again at once whenever
+        it returns True (a long poll that answered)."""
         failing = ""
         while not self._shutdown.is_set():
             started = time.monotonic()
+            again = False
             try:
-                task()
+                again = task() is True and at_once
             except Exception as error:  # each task outlives its own errors
                 message = str(error) or type(error).__name__
                 if message != failing and isinstance(error, ApiError | ApiUnavailable | OSError):
@@ -217,4 +261,5 @@ class Agent:
                 if failing:
                     log.info("%s works again", name)
                 failing = ""
-            self._shutdown.wait(max(0.0, interval - (time.monotonic() - started)))
+            if not again:
+                self._shutdown.wait(max(0.0, interval - (time.monotonic() - started)))

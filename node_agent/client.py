@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -59,6 +60,14 @@ class ApiUnavailable(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(frozen=True)
+class Listing:
+    """A node's assignments and their etag ("" from a control plane without long polls)."""
+
+    assignments: list[Assignment]
+    etag: str
+
+
 class ControlPlaneClient:
     """``/v1/agent/...`` over HTTP with a bearer token; safe to share between threads."""
 
@@ -75,6 +84,7 @@ class ControlPlaneClient:
         self.api_url = api_url.rstrip("/")
         self.agent_id = agent_id or new_agent_id()
         self.retry_for = retry_for
+        self.timeout = timeout
         self._closed = threading.Event()
         self._taken: NodeTaken | None = None
         self._on_node_taken: list[Callable[[NodeTaken], None]] = []
@@ -118,8 +128,20 @@ class ControlPlaneClient:
         self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/heartbeat", json={}, retry_for=1.0)
 
     def assignments(self, node_id: str) -> list[Assignment]:
-        answer = self._json("GET", f"/v1/agent/nodes/{_seg(node_id)}/assignments", retry_for=2.0)
-        return [Assignment.from_json(item) for item in answer.get("assignments", [])]
+        return self.poll_assignments(node_id).assignments
+
+    def poll_assignments(
+        self, node_id: str, since: str | None = None, wait: float = 0.0
+    ) -> Listing:
+        """The node's assignments; with ``wait``, once they differ from the etag ``since``
+        (the control plane holds the request until then, or ``wait`` seconds)."""
+        waiting: dict[str, Any] = {}
+        if since and wait:
+            waiting = {"params": {"wait": wait, "since": since}, "timeout": self.timeout + wait}
+        path = f"/v1/agent/nodes/{_seg(node_id)}/assignments"
+        answer = self._json("GET", path, retry_for=2.0, **waiting)
+        listed = [Assignment.from_json(item) for item in answer.get("assignments", [])]
+        return Listing(listed, str(answer.get("etag") or ""))
 
     # -- jobs ----------------------------------------------------------------------------
 

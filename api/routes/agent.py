@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path as FsPath
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
+from api.assignment_waiters import MAX_WAIT_S, etag_of
 from api.deps import CurrentUser, LedgerWritable, ServicesDep
 from api.problems import Problem
 from api.schemas import (
@@ -96,24 +98,41 @@ def heartbeat(
 
 
 @router.get("/nodes/{node_id}/assignments")
-def assignments(
-    node_id: str, agent_id: AgentId, services: ServicesDep, _: CurrentUser
+async def assignments(
+    node_id: str, agent_id: AgentId, services: ServicesDep, _: CurrentUser, response: Response,
+    wait: Annotated[float, Query(ge=0, description="seconds to wait for a change")] = 0,
+    since: Annotated[str | None, Query(max_length=64, description="the last etag")] = None,
 ) -> Assignments:
-    """The node's jobs that are building, enqueued, running or stopping."""
-    _require_holder(services, node_id, agent_id)
+    """The node's jobs that are building, enqueued, running or stopping; with ``wait``, the
+    answer comes once it differs from the etag ``since`` (or after ``wait`` seconds)."""
+    await run_in_threadpool(_require_holder, services, node_id, agent_id)
+    waiters = services.assignment_waiters
+    deadline = asyncio.get_running_loop().time() + min(wait, MAX_WAIT_S)
+    async with waiters.waiting(node_id) as waiter:
+        while True:
+            answer = await run_in_threadpool(_assignments_of, services, node_id)
+            left = deadline - asyncio.get_running_loop().time()
+            if answer.etag != since or left <= 0 or waiters.closing:
+                break
+            await waiter.sleep(left)
+    response.headers["ETag"] = f'"{answer.etag}"'
+    return answer
+
+
+def _assignments_of(services: Services, node_id: str) -> Assignments:
     documents = services.queries.assignments(node_id)
-    return Assignments(
-        assignments=[
-            Assignment(
-                job_id=document["id"],
-                name=document["name"],
-                status=document["status"],
-                spec=document["spec"],
-                input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
-            )
-            for document in documents
-        ]
-    )
+    listed = [
+        Assignment(
+            job_id=document["id"],
+            name=document["name"],
+            status=document["status"],
+            spec=document["spec"],
+            input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
+        )
+        for document in documents
+    ]
+    services.assignment_waiters.seen(node_id, (item.job_id for item in listed))
+    return Assignments(assignments=listed, etag=etag_of([a.model_dump() for a in listed]))
 
 
 @router.post("/jobs/{job_id}/reports", dependencies=[Depends(LedgerWritable)])

@@ -11,7 +11,7 @@ import pytest
 
 import node_agent.agent as agent_module
 from node_agent.agent import Agent, AgentSettings
-from node_agent.client import ApiError, ApiUnavailable
+from node_agent.client import ApiError, ApiUnavailable, Listing
 from node_agent.models import Assignment, JobSpec
 from node_agent.supervisor import SupervisorSettings
 
@@ -59,6 +59,9 @@ class FakeClient:
             failure, self.listing = self.listing, []
             raise failure
         return self.listing
+
+    def poll_assignments(self, node_id: str, since: Any = None, wait: float = 0.0) -> Listing:
+        return Listing(self.assignments(node_id), "")  # a control plane without long polls
 
     def report(self, job_id: str, report: dict[str, Any], retry_for: Any = None) -> str:
         self.reports.append((job_id, report))
