@@ -1,21 +1,75 @@
-"""The node's accelerators: what the host has, and which job holds which index."""
+"""The node's accelerators: the GPUs the host has, and which of this agent's jobs holds which.
+
+GPUs are found through NVML (``nvidia-ml-py``), else by asking ``nvidia-smi``. An agent confined
+to some GPUs by its own ``CUDA_VISIBLE_DEVICES`` offers those only, numbered from 0 in that
+order (the numbering :func:`node_agent.launch.visible_devices` maps back).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
 
-def detect_gpus() -> list[str]:
-    """The names of the host's NVIDIA GPUs by index (``nvidia-smi``); empty when there are none."""
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    model: str
+    memory_mb: int
+    uuid: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def detect_gpus(env: Mapping[str, str] | None = None) -> list[Gpu]:
+    """The host's NVIDIA GPUs this agent may use, by index; empty when there are none."""
+    found = _from_nvml()
+    if found is None:
+        found = _from_nvidia_smi()
+    return _confined(found, os.environ if env is None else env)
+
+
+def _from_nvml() -> list[Gpu] | None:
+    """None when NVML is not there or does not work (no driver): ``nvidia-smi`` may."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError, or a library that failed to load
+        return None
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            name, uuid = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetUUID(handle)
+            gpus.append(Gpu(index, _text(name), int(memory), _text(uuid)))
+        return gpus
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _from_nvidia_smi() -> list[Gpu]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
+    query = "--query-gpu=index,name,memory.total,uuid"
     try:
         listing = subprocess.run(
-            [smi, "--query-gpu=name", "--format=csv,noheader"],
+            [smi, query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -23,7 +77,33 @@ def detect_gpus() -> list[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [line.strip() for line in listing.splitlines() if line.strip()]
+    gpus = []
+    for row in csv.reader(listing.splitlines(), skipinitialspace=True):
+        if len(row) < 4:
+            continue
+        try:
+            index, memory = int(row[0]), int(float(row[-2]))
+        except ValueError:
+            continue
+        gpus.append(Gpu(index, ",".join(row[1:-2]).strip(), memory, row[-1].strip()))
+    return gpus
+
+
+def _confined(gpus: list[Gpu], env: Mapping[str, str]) -> list[Gpu]:
+    """The GPUs the agent's ``CUDA_VISIBLE_DEVICES`` names (by index or UUID), renumbered."""
+    named = [part.strip() for part in env.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    named = [part for part in named if part]
+    if not named:
+        return gpus
+    by_name = {str(gpu.index): gpu for gpu in gpus} | {gpu.uuid: gpu for gpu in gpus}
+    if not all(part in by_name for part in named):
+        return gpus  # MIG devices or a typo: CUDA sorts it out, the numbering stays
+    chosen = [by_name[part] for part in named]
+    return [Gpu(i, gpu.model, gpu.memory_mb, gpu.uuid) for i, gpu in enumerate(chosen)]
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 class AcceleratorPool:

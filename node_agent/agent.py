@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from node_agent.accelerators import AcceleratorPool
+from node_agent.accelerators import AcceleratorPool, Gpu
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, Listing, NodeTaken
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
+from node_agent.network import LOOPBACK
 from node_agent.reports import TRY_ONCE, JobReporter
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
 
@@ -38,6 +39,10 @@ class AgentSettings:
     accels: int
     supervisor: SupervisorSettings
     accel_type: str = "cpu"
+    gpus: tuple[Gpu, ...] = ()
+    """The GPUs NVML found (none when the accelerators are stand-ins)."""
+    address: str = LOOPBACK
+    """How the node's peers reach it (where node 0 of a multi-node job holds the rendezvous)."""
     poll_interval: float = 0.5
     """The pause before asking again after a failed poll, or when the control plane does not
     hold polls (an older one); a control plane that does answers as soon as something changes."""
@@ -65,14 +70,20 @@ class Agent:
     def register(self, retry_for: float | None = None) -> str:
         settings = self.settings
         self.node_id = self.client.register(
-            settings.name, settings.accels, settings.accel_type, retry_for=retry_for
+            settings.name,
+            settings.accels,
+            settings.accel_type,
+            address=settings.address,
+            gpus=[gpu.to_json() for gpu in settings.gpus],
+            retry_for=retry_for,
         )
         log.info(
-            "registered node %s (id %s) with %d accelerators of type %s",
+            "registered node %s (id %s) with %d accelerators of type %s, reached at %s",
             settings.name,
             self.node_id,
             settings.accels,
             settings.accel_type,
+            settings.address,
         )
         return self.node_id
 

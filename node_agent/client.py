@@ -15,7 +15,7 @@ import email.utils
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,11 +115,20 @@ class ControlPlaneClient:
     # -- nodes ---------------------------------------------------------------------------
 
     def register(
-        self, name: str, accels: int, accel_type: str, *, retry_for: float | None = None
+        self,
+        name: str,
+        accels: int,
+        accel_type: str,
+        *,
+        address: str = "127.0.0.1",
+        gpus: Sequence[Mapping[str, Any]] = (),
+        retry_for: float | None = None,
     ) -> str:
-        """Register (or re-register) this node; return its node id."""
+        """Register (or re-register) this node; return its node id. ``address``: how the
+        node's peers reach it (a multi-node job's rendezvous); ``gpus``: what NVML says."""
         body = {
             "name": name, "accels": accels, "accel_type": accel_type, "agent_id": self.agent_id,
+            "address": address, "gpus": [dict(gpu) for gpu in gpus],
         }  # fmt: skip
         answer = self._json("POST", "/v1/agent/nodes", json=body, retry_for=retry_for)
         return str(answer["node_id"])
@@ -186,9 +195,16 @@ class ControlPlaneClient:
 
     def download_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
         """Save the checkpoint's zip at ``destination``."""
+        self._download(f"/v1/agent/checkpoints/{_seg(checkpoint_id)}", destination)
 
+    def download_dataset(self, job_id: str, content_hash: str, destination: Path) -> None:
+        """Save the zip of a dataset version the job was given at ``destination``."""
+        path = f"/v1/agent/jobs/{_seg(job_id)}/datasets/{_seg(content_hash)}"
+        self._download(path, destination)
+
+    def _download(self, path: str, destination: Path) -> None:
         def attempt() -> httpx.Response:
-            with self._http.stream("GET", f"/v1/agent/checkpoints/{_seg(checkpoint_id)}") as got:
+            with self._http.stream("GET", path) as got:
                 if got.status_code == 200:
                     with destination.open("wb") as sink:
                         for chunk in got.iter_bytes():

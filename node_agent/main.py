@@ -20,6 +20,7 @@ from node_agent.agent import Agent, AgentSettings
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
 from node_agent.jobuser import JobUserError, check_can_build, job_user, shared_user_warning
+from node_agent.network import default_address
 from node_agent.supervisor import SupervisorSettings
 from node_agent.workdir import WorkDirError
 
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--accels", type=_count, metavar="N", help="accelerators to offer (default: the GPUs)")
     add("--accel-type", metavar="NAME", help='their type (default: the GPU model, else "cpu")')
     add("--name", metavar="NODE", default=socket.gethostname(), help="node name (the hostname)")
+    add(
+        "--address",
+        metavar="HOST",
+        help="how the other nodes of a multi-node job reach this one (default: the IP address "
+        "of the interface that routes to the control plane)",
+    )
     add(
         "--work-dir",
         type=Path,
@@ -153,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         raise AgentError(f"{error} (or pass --server and --token-file)") from None
     if shutil.which("git") is None:
         raise AgentError("git is not installed on this host; install it to build jobs")
-    settings = _settings(args)
+    settings = _settings(args, config.api_url)
     work_dir, user = settings.supervisor.work_dir, settings.supervisor.job_user
     assert user is not None
     with workdir.exclusive(work_dir, jobs_run_as_another_user=not user.is_agent):
@@ -209,17 +216,26 @@ def _register(agent: Agent, args: argparse.Namespace) -> bool:
     return True
 
 
-def _settings(args: argparse.Namespace) -> AgentSettings:
-    gpus = detect_gpus() if args.accels is None or args.accel_type is None else []
+def _settings(args: argparse.Namespace, api_url: str) -> AgentSettings:
+    gpus = detect_gpus()
     accels = args.accels if args.accels is not None else len(gpus)
     if not accels:
         raise AgentError("no GPU found on this host; pass --accels N (the job slots to offer)")
+    if accels > len(gpus) > 0:
+        log.warning(
+            "this host has %d GPUs; --accels %d offers stand-in accelerators instead",
+            len(gpus),
+            accels,
+        )
+    offered = tuple(gpus[:accels]) if accels <= len(gpus) else ()
     work_dir = args.work_dir.expanduser().resolve()
     datasets_dir = args.datasets_dir or work_dir / "datasets"
     return AgentSettings(
         name=args.name,
         accels=accels,
-        accel_type=args.accel_type or (gpus[0] if gpus else "cpu"),
+        accel_type=args.accel_type or (offered[0].model if offered else "cpu"),
+        gpus=offered,
+        address=args.address or default_address(api_url),
         poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval,
         supervisor=SupervisorSettings(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 
-from node_agent.accelerators import AcceleratorPool, detect_gpus
+from node_agent.accelerators import AcceleratorPool, Gpu, detect_gpus
 
 
 def acquire_in_thread(
@@ -92,14 +94,86 @@ def fake_nvidia_smi(directory: Path, listing: str) -> None:
     smi.chmod(0o755)
 
 
-def test_the_hosts_gpus_are_found_by_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_nvidia_smi(tmp_path, "NVIDIA H200\\nNVIDIA H200\\n")
+class FakeNvml(types.ModuleType):
+    """What ``pynvml`` offers the agent, for two H200s; ``broken``: no driver loaded."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, broken: bool = False) -> None:
+        super().__init__("pynvml")
+        self.broken = broken
+        self.shut_down = False
+
+    def nvmlInit(self) -> None:
+        if self.broken:
+            raise self.NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        self.shut_down = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlDeviceGetName(self, handle: int) -> str | bytes:
+        return "NVIDIA H200" if handle == 0 else b"NVIDIA H200"  # older bindings say bytes
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(total=143771 * 1024 * 1024)
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle}aaa"
+
+
+H200S = [Gpu(0, "NVIDIA H200", 143771, "GPU-0aaa"), Gpu(1, "NVIDIA H200", 143771, "GPU-1aaa")]
+
+
+@pytest.fixture
+def no_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH with no nvidia-smi on it (the tests may put a fake one there)."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert detect_gpus() == ["NVIDIA H200", "NVIDIA H200"]
+    return tmp_path
 
 
-def test_a_host_without_nvidia_smi_has_no_gpu(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_nvml_names_each_gpu_with_its_index_model_memory_and_uuid(
+    no_smi: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert detect_gpus() == []
+    nvml = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert detect_gpus(env={}) == H200S
+    assert nvml.shut_down
+    assert H200S[0].to_json() == {
+        "index": 0, "model": "NVIDIA H200", "memory_mb": 143771, "uuid": "GPU-0aaa",
+    }  # fmt: skip
+
+
+def test_without_a_working_nvml_nvidia_smi_is_asked(
+    no_smi: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(broken=True))
+    rows = ["0, NVIDIA H200, 143771, GPU-0aaa", "1, NVIDIA H200, 143771, GPU-1aaa"]
+    fake_nvidia_smi(no_smi, "".join(f"{row}\\n" for row in rows))
+    assert detect_gpus(env={}) == H200S
+
+
+def test_a_host_without_nvml_nor_nvidia_smi_has_no_gpu(
+    no_smi: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
+    assert detect_gpus(env={}) == []
+
+
+def test_an_agent_confined_by_cuda_visible_devices_offers_those_gpus_numbered_from_0(
+    no_smi: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    assert detect_gpus(env={"CUDA_VISIBLE_DEVICES": "GPU-1aaa"}) == [
+        Gpu(0, "NVIDIA H200", 143771, "GPU-1aaa")
+    ]
+    assert [gpu.uuid for gpu in detect_gpus(env={"CUDA_VISIBLE_DEVICES": "1,0"})] == [
+        "GPU-1aaa",
+        "GPU-0aaa",
+    ]

@@ -46,7 +46,7 @@ class FakeClient:
         self.reports: list[tuple[str, dict[str, Any]]] = []
         self.polls = 0
 
-    def register(self, name: str, accels: int, accel_type: str, retry_for: Any = None) -> str:
+    def register(self, name: str, accels: int, accel_type: str, **_: Any) -> str:
         self.registrations += 1
         return f"node-{self.registrations}"
 

@@ -49,6 +49,7 @@ class ControlPlane:
         self.logs: dict[str, bytearray] = {}
         self.uploads: list[str] = []
         self.heartbeats = 0
+        self.registrations: list[dict[str, Any]] = []
         self.taken = False  # another agent holds the node: every call answers node-taken
         self.reports_tried_after_taken = 0
         self.lock = threading.Lock()
@@ -72,6 +73,7 @@ class ControlPlane:
                 self.reports_tried_after_taken += parts[-1:] == ["reports"]
                 return 409, NODE_TAKEN
             if method == "POST" and parts == ["nodes"]:
+                self.registrations.append(json.loads(body))
                 return 200, {"node_id": "node-1", "name": json.loads(body)["name"]}
             if parts[-1:] == ["heartbeat"]:
                 self.heartbeats += 1
@@ -210,6 +212,22 @@ def start_long_job(
     agent = start_agent(tmp_path, url)
     wait_until(lambda: "PID" in state.log_text("job-1"))
     return state, agent, int(state.log_text("job-1").split("PID ")[1].split()[0])
+
+
+def test_the_node_registers_with_its_address_for_its_peers_and_its_gpus(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, url = plane
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: state.heartbeats > 0)
+    (tmp_path / "second").mkdir()
+    agent_at = start_agent(tmp_path / "second", url, "--address", "10.9.8.7")
+    wait_until(lambda: len(state.registrations) == 2)
+    terminate(agent), terminate(agent_at)
+    first, second = state.registrations
+    assert first["address"] == "127.0.0.1"  # the interface towards the control plane
+    assert second["address"] == "10.9.8.7"
+    assert isinstance(first["gpus"], list)  # what NVML finds (tests/unit/test_agent_accelerators)
 
 
 def test_sigterm_ends_the_processes_of_the_running_jobs_too(
