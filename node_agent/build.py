@@ -21,6 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from node_agent.envcache import EnvCache, is_cacheable
+from node_agent.environment import CachedEnvironment, EnvironmentFailed, has_requirements
+from node_agent.filelock import LockCancelled
+from node_agent.gitmirror import GitMirrors, MirrorFailed
 from node_agent.jobuser import JobUser, hand_over
 from node_agent.launch import EntryPointNotFound, build_environment, resolve_entry_point
 from node_agent.models import JobDirs, JobSpec
@@ -53,6 +57,18 @@ class BuiltJob:
     """The entry point as the command line to run, from the repository root."""
 
 
+@dataclass(frozen=True)
+class BuildCaches:
+    """What the jobs of a node share: their Python environments, repository mirrors."""
+
+    envs: EnvCache
+    mirrors: GitMirrors
+
+    @classmethod
+    def in_work_dir(cls, work_dir: Path) -> BuildCaches:
+        return cls(EnvCache(work_dir / "envs"), GitMirrors(work_dir / "git-mirrors"))
+
+
 class JobBuild:
     """The build of one job in its work directory; :meth:`run` does it all."""
 
@@ -68,6 +84,7 @@ class JobBuild:
         fetch_checkpoint: FetchCheckpoint | None = None,
         as_user: JobUser | None = None,
         python: str = sys.executable,
+        caches: BuildCaches | None = None,
     ) -> None:
         self.spec = spec
         self.dirs = dirs
@@ -79,6 +96,8 @@ class JobBuild:
         self.as_user = as_user
         self.python = python
         """The interpreter the job's virtual environment is made from (its pip installs)."""
+        self.caches = caches
+        """None: every job clones its repository and builds its environment afresh."""
         self.commit: str | None = None
 
     def run(self) -> BuiltJob:
@@ -90,8 +109,7 @@ class JobBuild:
         if self.as_user is not None and not self.as_user.is_agent:
             self.log(f"the job's own code runs as user {self.as_user.name} from here on")
             hand_over(self.dirs, self.as_user)
-        self.create_venv()
-        self.install(requirements)
+        self.prepare_environment(requirements)
         try:
             argv = resolve_entry_point(
                 self.spec.entry_point, self.dirs.repo, self.dirs.venv, self.spec.env
@@ -114,7 +132,7 @@ class JobBuild:
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
-        code, tail = self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
+        code, tail = self._clone(url, default_branch=not revision)
         if code != 0:
             raise BuildFailed(
                 "clone_failed",
@@ -147,6 +165,24 @@ class JobBuild:
                 self.commit,
             )
         return path
+
+    def prepare_environment(self, requirements: Path) -> None:
+        """The job's virtual environment: a view of the node's cached one for these
+        requirements, else (no cache, or requirements naming local files) its own."""
+        if self.caches is None or not is_cacheable(requirements.read_bytes()):
+            if self.caches is not None:
+                self.log("environment: not cached (the requirements name local paths or files)")
+            self.create_venv()
+            self.install(requirements)
+            return
+        step = CachedEnvironment(requirements, self.spec.requirements_path, self.python,
+                                 self._run_jobs_code, self.log, self.as_user)  # fmt: skip
+        try:
+            step.provide(self.caches.envs, self.dirs.venv, self.cancel)
+        except EnvironmentFailed as error:
+            raise BuildFailed("dependency_install_failed", str(error), self.commit) from None
+        except LockCancelled:
+            raise BuildCancelled() from None
 
     def create_venv(self) -> None:
         self.log("creating the virtual environment")
@@ -241,6 +277,36 @@ class JobBuild:
             raise BuildCancelled()
         return lines[0].strip() if code == 0 and lines else None
 
+    def _clone(self, url: str, default_branch: bool) -> tuple[int, str]:
+        """``git clone --no-checkout`` into the job's repo, through the node's mirror if any."""
+        if self.caches is None:
+            return self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
+        try:
+            self.caches.mirrors.clone(
+                url, self.dirs.repo, git=self._git_lines, cancel=self.cancel,
+                default_branch=default_branch,
+            )  # fmt: skip
+        except MirrorFailed as error:
+            return 1, str(error)
+        except LockCancelled:
+            raise BuildCancelled() from None
+        return 0, ""
+
+    def _git_lines(self, args: Sequence[str], cwd: Path) -> tuple[int, list[str]]:
+        """Run git; its output goes to the log (but what ``ls-remote`` lists), and back."""
+        lines: list[str] = []
+
+        def on_line(line: str) -> None:
+            lines.append(line)
+            if args[0] != "ls-remote":
+                self.log(line)
+
+        code = run_command(["git", *args], cwd=cwd, env=_git_env(), on_line=on_line,
+                           cancel=self.cancel)  # fmt: skip
+        if code is None:
+            raise BuildCancelled()
+        return code, lines
+
     def _git(self, args: Sequence[str], cwd: Path | None = None) -> tuple[int, str]:
         return self._run(["git", *args], cwd or self.dirs.root, _git_env())
 
@@ -269,14 +335,6 @@ class JobBuild:
         if code is None:
             raise BuildCancelled()
         return code, _summary(recent)
-
-
-def has_requirements(path: Path) -> bool:
-    """Whether a requirements file names anything (comments and blank lines do not count)."""
-    for line in path.read_text(errors="replace").splitlines():
-        if line.split("#", 1)[0].strip():
-            return True
-    return False
 
 
 def _summary(lines: deque[str], limit: int = 800) -> str:

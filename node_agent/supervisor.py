@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.build import BuildCancelled, BuildFailed, BuiltJob, CheckpointMissing, JobBuild
+from node_agent.build import (
+    BuildCaches,
+    BuildCancelled,
+    BuildFailed,
+    BuiltJob,
+    CheckpointMissing,
+    JobBuild,
+)
 from node_agent.checkpoints import CheckpointWatcher, zip_tree
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 from node_agent.jobuser import JobUser
@@ -159,6 +166,7 @@ class JobSupervisor:
             fetch_checkpoint=self._fetch_checkpoint,
             as_user=self.settings.job_user,
             python=self.settings.job_python,
+            caches=BuildCaches.in_work_dir(self.settings.work_dir),
         )
         try:
             if self._stopping.is_set():
