@@ -50,7 +50,8 @@ class GitMirrors:
                 self._create(url, mirror, git=git)
         _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
                     str(mirror), str(repo)], self.root))  # fmt: skip
-        _check(git(["remote", "set-url", "origin", url], repo))
+        if not _set_origin(repo, mirror, url):
+            _check(git(["remote", "set-url", "origin", url], repo))
 
     def _create(self, url: str, mirror: Path, *, git: GitRun) -> None:
         staging = mirror.with_name(f".{mirror.name}.new")
@@ -63,12 +64,57 @@ class GitMirrors:
         os.rename(staging, mirror)
 
     def _update(self, url: str, mirror: Path, *, git: GitRun, default_branch: bool) -> None:
-        _check(git(["fetch", "--prune", "--quiet", "origin"], mirror))
-        if default_branch:  # a fetch leaves HEAD alone: follow the origin's default branch
-            code, lines = git(["ls-remote", "--symref", "origin", "HEAD"], mirror)
-            said = [line[5:].split("\t")[0] for line in lines if line.startswith("ref: ")]
-            if code == 0 and said and said[0].startswith("refs/heads/"):
-                git(["symbolic-ref", "HEAD", said[0]], mirror)
+        """Fetch only when the origin's refs differ from the mirror's (most often they do
+        not: one ``ls-remote`` then costs less than a fetch); follow its default branch."""
+        code, lines = git(["ls-remote", "--symref", "origin"], mirror)
+        _check((code, lines))
+        refs, head = _advertised(lines)
+        if refs != _local_refs(mirror):
+            _check(git(["fetch", "--prune", "--quiet", "origin"], mirror))
+        current = (mirror / "HEAD").read_text().strip().removeprefix("ref: ")
+        if default_branch and head.startswith("refs/heads/") and head != current:
+            git(["symbolic-ref", "HEAD", head], mirror)  # a fetch leaves HEAD alone
+
+
+def _advertised(lines: list[str]) -> tuple[dict[str, str], str]:
+    """The refs ``ls-remote --symref`` lists (peeled tags left out), and what HEAD names."""
+    refs, head = {}, ""
+    for line in lines:
+        value, _, name = line.strip().partition("\t")
+        if value.startswith("ref: ") and name == "HEAD":
+            head = value[5:]
+        elif name.startswith("refs/") and not name.endswith("^{}"):
+            refs[name] = value
+    return refs, head
+
+
+def _local_refs(mirror: Path) -> dict[str, str]:
+    """The mirror's refs, read from its files (packed, then loose ones over them)."""
+    refs = {}
+    packed = mirror / "packed-refs"
+    if packed.exists():
+        for line in packed.read_text().splitlines():
+            value, _, name = line.partition(" ")
+            if name and not line.startswith(("#", "^")):
+                refs[name] = value
+    for folder, _, files in os.walk(mirror / "refs"):
+        for name in files:
+            path = Path(folder, name)
+            refs[str(path.relative_to(mirror))] = path.read_text().strip()
+    return refs
+
+
+def _set_origin(repo: Path, mirror: Path, url: str) -> bool:
+    """Point the clone's origin at ``url`` (not the mirror) by editing its config; False
+    when the config is not as ``git clone`` writes it."""
+    config = repo / ".git" / "config"
+    text = config.read_text()
+    line = f"\turl = {mirror}\n"
+    if text.count(line) != 1 or "\n" in url:
+        return False
+    quoted = url.replace("\\", "\\\\").replace('"', '\\"')
+    config.write_text(text.replace(line, f'\turl = "{quoted}"\n'))
+    return True
 
 
 def _check(result: tuple[int, list[str]]) -> None:
