@@ -5,7 +5,7 @@ etag, the request sleeps on an :class:`asyncio.Event` until something happens to
 node's jobs, or ``S`` seconds pass. The projector's listener wakes it, for events written by
 any replica: an event that names a node (a job assigned to it) wakes that node, and an event of
 a job that a node was last seen holding wakes that node (a stop, a report, a job moved away).
-A thousand waiting agents cost a thousand small objects; an event wakes only its own node.
+A thousand waiting agents cost a thousand small objects; an event wakes only its nodes.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class AssignmentWaiters:
     def __init__(self) -> None:
         self.closing = False
         self._by_node: defaultdict[str, set[Waiter]] = defaultdict(set)
-        self._node_of_job: dict[str, str] = {}
+        self._nodes_of_job: defaultdict[str, set[str]] = defaultdict(set)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -85,7 +85,7 @@ class AssignmentWaiters:
         """The node was answered these jobs: their events wake it from now on."""
         with self._lock:
             for job_id in job_ids:
-                self._node_of_job[job_id] = node_id
+                self._nodes_of_job[job_id].add(node_id)
 
     def on_events(self, domain_events: Sequence[Any]) -> None:
         """A projector listener: wake the nodes these events concern."""
@@ -93,15 +93,12 @@ class AssignmentWaiters:
         with self._lock:
             for domain_event in domain_events:
                 job_id = str(domain_event.originator_id)
-                known = self._node_of_job.get(job_id)
-                if known is not None:
-                    nodes.add(known)
-                named = getattr(domain_event, "node_id", None)
-                if isinstance(named, str) and named:
-                    nodes.add(named)
-                    self._node_of_job[job_id] = named
+                named = _nodes_named(domain_event)
+                if named:
+                    self._nodes_of_job[job_id].update(named)
+                nodes.update(self._nodes_of_job.get(job_id, ()))
                 if _ends_the_job(domain_event):
-                    self._node_of_job.pop(job_id, None)
+                    self._nodes_of_job.pop(job_id, None)
         for node_id in nodes:
             self.wake(node_id)
 
@@ -120,6 +117,15 @@ class AssignmentWaiters:
             nodes = list(self._by_node)
         for node_id in nodes:
             self.wake(node_id)
+
+
+def _nodes_named(domain_event: Any) -> set[str]:
+    """The nodes an event places the job on: ``node_id``, and each of ``nodes`` (a job of
+    several nodes)."""
+    named = {getattr(domain_event, "node_id", None)}
+    for placed in getattr(domain_event, "nodes", None) or ():
+        named.add(placed.get("node_id") if isinstance(placed, dict) else None)
+    return {node for node in named if isinstance(node, str) and node}
 
 
 def _ends_the_job(domain_event: Any) -> bool:

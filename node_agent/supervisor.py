@@ -12,6 +12,7 @@ and its whole log stays in ``job.log`` on the node.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -363,6 +364,8 @@ class JobSupervisor:
         return not answer.unreachable
 
     def _upload_outputs(self) -> None:
+        if _is_empty(self.dirs.output):
+            return  # nothing to send: the control plane serves an ended job's as an empty zip
         archive = self.dirs.scratch / "output.zip"
         try:
             zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
@@ -379,6 +382,14 @@ class JobSupervisor:
             self.client.download_checkpoint(checkpoint_id, destination)
         except ApiError as error:
             raise CheckpointMissing(str(error)) from None
+
+
+def _is_empty(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def _stop_outcome(survivors: list[int]) -> str:

@@ -10,7 +10,7 @@ from uuid import UUID
 import anyio
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from api.deps import CurrentUser, LedgerWritable, ServicesDep
@@ -201,14 +201,28 @@ def job_checkpoints(name: str, services: ServicesDep, owner: CurrentUser) -> Che
 @router.get("/{name}/outputs/{node_index}", response_class=FileResponse)
 def job_outputs(
     name: str, node_index: int, services: ServicesDep, owner: CurrentUser
-) -> FileResponse:
+) -> Response:
     """The job's output directory as a zip archive."""
     document = find_job(services, owner, name)
     path = services.artifacts.output_path(document["id"], node_index)
+    filename = f"output_{node_index}.zip"
+    if not path.exists() and _ran_to_its_end(document, node_index):
+        # An agent uploads no empty output directory: the archive of nothing.
+        return Response(EMPTY_ZIP, media_type="application/zip",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
     if not path.exists():
         raise Problem(
             404, "not-found", "No output yet",
             f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
             "outputs are uploaded when the entry point ends",
         )  # fmt: skip
-    return FileResponse(path, media_type="application/zip", filename=f"output_{node_index}.zip")
+    return FileResponse(path, media_type="application/zip", filename=filename)
+
+
+EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
+"""A zip archive with no entry (its end-of-central-directory record alone)."""
+
+
+def _ran_to_its_end(document: dict[str, Any], node_index: int) -> bool:
+    ended = document["status"] in TERMINAL and bool(document.get("started_at"))
+    return ended and 0 <= node_index < int(document.get("nodes") or 1)

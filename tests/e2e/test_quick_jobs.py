@@ -4,6 +4,7 @@ a job whose requirements were built before says its environment came from the ca
 from __future__ import annotations
 
 import time
+import zipfile
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -53,3 +54,7 @@ def test_jobs_start_at_once_and_the_second_environment_is_cached(
         if index:
             assert said[0].startswith("[build] environment: cached (key "), logs
     assert max(took) < 5, took  # far from the 20 s an agent sleeping between polls waits
+    # The agent uploads no empty output directory; fetching it gives the empty archive.
+    cluster.flexai("training", "fetch", name, cwd=tmp_path)
+    with zipfile.ZipFile(tmp_path / "output_0.zip") as archive:
+        assert archive.namelist() == []
