@@ -121,7 +121,11 @@ class LocalArtifactStore:
 
     async def receive(self, job_id: str, body: AsyncIterator[bytes]) -> Path:
         """Write an upload's body into a new file of the job's; the caller places or drops it."""
-        directory = self._job_dir(job_id) / "uploads"
+        return await self.receive_into(self._job_dir(job_id) / "uploads", body)
+
+    async def receive_into(self, directory: Path, body: AsyncIterator[bytes]) -> Path:
+        """Write an upload's body into a new file in ``directory``; the caller places or
+        drops it."""
         with self._storing("uploads"):
             directory.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")

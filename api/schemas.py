@@ -238,3 +238,41 @@ class NodePublic(BaseModel):
 
 class NodesPublic(BaseModel):
     nodes: list[NodePublic]
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+
+class DatasetPublic(BaseModel):
+    """A dataset with its latest version: the one jobs submitted from now on get."""
+
+    name: str
+    version: int
+    content_hash: str = Field(description="the SHA-256 of the version's zip archive")
+    size: int = Field(description="the bytes of its files, unpacked")
+    files: int
+    created_at: str
+    pushed_at: str
+    pushed_by: str
+
+
+class DatasetPushed(DatasetPublic):
+    changed: bool = Field(description="false when the latest version held this content already")
+
+
+class DatasetsPublic(BaseModel):
+    datasets: list[DatasetPublic]
+    count: int
+
+
+class DatasetVersion(BaseModel):
+    version: int
+    content_hash: str
+    size: int
+    files: int
+    pushed_at: str
+    pushed_by: str
+
+
+class DatasetDetail(DatasetPublic):
+    versions: list[DatasetVersion] = Field(description="every version, newest first")

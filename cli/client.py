@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -133,6 +133,22 @@ class ApiClient:
                 if not follow or failures > FOLLOW_RETRIES:
                     raise self._transport_error(error) from error
                 time.sleep(RETRY_DELAY)
+
+    # --- datasets ------------------------------------------------------------------------
+
+    def push_dataset(self, name: str, archive: Iterable[bytes]) -> dict[str, Any]:
+        """``PUT /v1/datasets/{name}``: the zip, streamed as it is made; the DatasetPushed."""
+        headers = {"Content-Type": "application/zip"}
+        return self._json("PUT", f"/v1/datasets/{_segment(name)}", content=archive,
+                          headers=headers)  # fmt: skip
+
+    def list_datasets(self) -> dict[str, Any]:
+        """``GET /v1/datasets``: ``{"datasets": [DatasetPublic], "count": n}``, by name."""
+        return self._json("GET", "/v1/datasets")
+
+    def get_dataset(self, name: str) -> dict[str, Any]:
+        """``GET /v1/datasets/{name}``: the DatasetDetail, its versions newest first."""
+        return self._json("GET", f"/v1/datasets/{_segment(name)}")
 
     # --- audit ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import RecordConflictError
 
+from domain.datasets import Dataset
 from domain.model import (
     NAMESPACE,
     Actor,
@@ -219,6 +220,27 @@ class TrainingJobs(Application[UUID]):
             if not job.record_checkpoint(checkpoint, by=by):
                 return Outcome(job_id, None)
             return self._save(job_id, job)
+
+        return self._retrying(run)
+
+    # -- datasets -------------------------------------------------------------------------
+
+    def push_dataset(
+        self, owner: str, name: str, content_hash: str, size: int, files: int, by: Actor
+    ) -> int | None:
+        """Record a version of the owner's dataset ``name`` (made on its first push); return
+        its ledger position, or None when the latest version holds that content already."""
+        dataset_id = Dataset.create_id(owner, name)
+
+        def run() -> int | None:
+            dataset: Dataset
+            try:
+                dataset = self.repository.get(dataset_id)
+            except AggregateNotFoundError:
+                dataset = Dataset.create(owner, name, by=by)
+            if not dataset.push(content_hash, size, files, by=by):
+                return None
+            return self._save(dataset_id, dataset).position
 
         return self._retrying(run)
 

@@ -204,9 +204,7 @@ def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
         raise InvalidValue(field, "must be a list of dataset names")
     if len(datasets) > MAX_DATASETS:
         raise InvalidValue(field, f"lists {len(datasets)} datasets; at most {MAX_DATASETS}")
-    rule = "1 to 128 letters, digits, '.', '-' and '_', starting with a letter or digit"
-    return [check_pattern(name, f"{field}[{i}]", DATASET_NAME, rule)
-            for i, name in enumerate(datasets)]  # fmt: skip
+    return [check_dataset_name(name, f"{field}[{i}]") for i, name in enumerate(datasets)]
 
 
 def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]:
@@ -221,7 +219,8 @@ def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]
 
 SPEC_FIELDS = {
     "repository_url", "repository_revision", "requirements_path", "accels", "nodes", "env",
-    "secrets", "datasets", "checkpoint", "entry_point", "input_checkpoint_id",
+    "secrets", "datasets", "dataset_hashes",
+    "checkpoint", "entry_point", "input_checkpoint_id",
 }  # fmt: skip
 
 
@@ -240,6 +239,7 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     check_env(spec.get("env") or {})
     check_secrets(spec.get("secrets") or {})
     check_datasets(spec.get("datasets") or [])
+    check_dataset_hashes(spec.get("dataset_hashes") or {}, spec.get("datasets") or [])
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
     check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
     check_entry_point(spec.get("entry_point"))
@@ -287,3 +287,34 @@ def clean_checkpoint_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
         "version": _label(facts.get("version")),
         "inference_ready": bool(facts.get("inference_ready")),
     }
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+DATASET_RULE = "1 to 128 letters, digits, '.', '-' and '_', starting with a letter or digit"
+CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def check_dataset_name(name: Any, field: str = "name") -> str:
+    return check_pattern(name, field, DATASET_NAME, DATASET_RULE)
+
+
+def check_content_hash(value: Any, field: str = "content_hash") -> str:
+    """A dataset version's SHA-256 (of its archive): 64 lower-case hexadecimal digits."""
+    return check_pattern(value, field, CONTENT_HASH, "64 lower-case hexadecimal digits (SHA-256)")
+
+
+def check_dataset_hashes(
+    hashes: Any, datasets: Any, field: str = "dataset_hashes"
+) -> dict[str, str]:
+    """The dataset versions a job was given: datasets of the job's, each pinned to a hash."""
+    if not isinstance(hashes, Mapping):
+        raise InvalidValue(field, "must be an object of dataset names and content hashes")
+    listed = datasets if isinstance(datasets, list | tuple) else ()
+    asked = {name for name in listed if isinstance(name, str)}
+    for name, content_hash in hashes.items():
+        check_dataset_name(name, f"{field} key")
+        if name not in asked:
+            raise InvalidValue(f"{field}.{name}", "is not one of the job's datasets")
+        check_content_hash(content_hash, f"{field}.{name}")
+    return dict(hashes)

@@ -33,6 +33,8 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict)
     datasets: tuple[str, ...] = ()
+    dataset_hashes: Mapping[str, str] = field(default_factory=dict)
+    """The version of each pushed dataset the job was submitted with, by content hash."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
@@ -46,6 +48,9 @@ class JobSpec:
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
             datasets=tuple(str(name) for name in data.get("datasets") or ()),
+            dataset_hashes={
+                str(k): str(v) for k, v in (data.get("dataset_hashes") or {}).items()
+            },
         )
 
 

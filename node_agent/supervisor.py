@@ -31,6 +31,7 @@ from node_agent.build import (
 )
 from node_agent.checkpoints import CheckpointWatcher, zip_tree
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.datasets import DatasetCache
 from node_agent.jobuser import JobUser
 from node_agent.launch import job_environment
 from node_agent.logship import LogShipper
@@ -163,6 +164,7 @@ class JobSupervisor:
             log=lambda line: self._say(f"[build] {line}"),
             cancel=self._stopping,
             datasets_dir=self.settings.datasets_dir,
+            dataset_cache=DatasetCache.for_job(self.client, self.job_id, self.settings.work_dir),
             input_checkpoint_id=self.assignment.input_checkpoint_id,
             fetch_checkpoint=self._fetch_checkpoint,
             as_user=self.settings.job_user,

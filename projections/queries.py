@@ -9,6 +9,7 @@ from typing import Any
 from domain.model import ON_A_NODE, Status
 from projections.db import Database, Row
 
+DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_at, pushed_by"
 SUMMARY_COLUMNS = (
     "id, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
 )
@@ -108,3 +109,42 @@ class Queries:
 
     def node_exists(self, node_id: str) -> bool:
         return self._one("SELECT id FROM nodes WHERE id = ?", (node_id,)) is not None
+
+    # -- datasets -------------------------------------------------------------------------
+
+    def datasets(self, owner: str) -> list[Row]:
+        """The owner's datasets that hold a version, by name, each with its latest version."""
+        return self._all(
+            f"SELECT {DATASET_COLUMNS} FROM datasets WHERE owner = ? "
+            "AND content_hash IS NOT NULL ORDER BY name",
+            (owner,),
+        )
+
+    def dataset(self, owner: str, name: str) -> Row | None:
+        return self._one(
+            f"SELECT {DATASET_COLUMNS} FROM datasets WHERE owner = ? AND name = ? "
+            "AND content_hash IS NOT NULL",
+            (owner, name),
+        )
+
+    def dataset_versions(self, owner: str, name: str) -> list[Row]:
+        """Every version of the dataset, newest first."""
+        return self._all(
+            "SELECT v.version, v.content_hash, v.size, v.files, v.pushed_at, v.pushed_by "
+            "FROM dataset_versions v JOIN datasets d ON d.id = v.dataset_id "
+            "WHERE d.owner = ? AND d.name = ? ORDER BY v.version DESC",
+            (owner, name),
+        )
+
+    def dataset_hashes(self, owner: str, names: Iterable[str]) -> dict[str, str]:
+        """The content hash of each named dataset's latest version; unknown names left out."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self._all(
+            f"SELECT name, content_hash FROM datasets WHERE owner = ? AND name IN ({marks}) "
+            "AND content_hash IS NOT NULL",
+            [owner, *wanted],
+        )
+        return {str(row["name"]): str(row["content_hash"]) for row in rows}

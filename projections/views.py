@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from domain.model import EVENT_STATUS, TERMINAL, Status, event_facts, event_name
+from projections.datasets import DATASET_SCHEMA, apply_dataset_event
 from projections.db import Cursor
 
 SCHEMA = [
@@ -31,6 +32,7 @@ SCHEMA = [
     """CREATE TABLE IF NOT EXISTS nodes (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, accels BIGINT NOT NULL,
         accel_type TEXT NOT NULL, registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    *DATASET_SCHEMA,
 ]
 
 
@@ -50,6 +52,8 @@ def apply_event(cursor: Cursor, domain_event: Any, position: int) -> None:
         _apply_job_event(cursor, domain_event, position)
     elif topic.startswith("Node."):
         _apply_node_event(cursor, domain_event)
+    elif topic.startswith("Dataset."):
+        apply_dataset_event(cursor, domain_event, position)
 
 
 def _apply_node_event(cursor: Cursor, domain_event: Any) -> None:

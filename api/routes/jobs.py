@@ -76,6 +76,8 @@ def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> Jo
                 "`flexai training checkpoints <job>` lists them",
             )  # fmt: skip
         spec["input_checkpoint_id"] = found["id"]
+    if body.datasets:  # each pinned to its version now; a name not pushed fails the build
+        spec["dataset_hashes"] = services.queries.dataset_hashes(owner, body.datasets)
     outcome = services.jobs.submit(owner, body.name, spec, by=user(owner))
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()
