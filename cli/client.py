@@ -100,7 +100,9 @@ class ApiClient:
         with self._translated(), self._open("GET", path) as response:
             yield from response.iter_bytes()
 
-    def iter_logs(self, name: str, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+    def iter_logs(
+        self, name: str, *, follow: bool = False, offset: int = 0, node_index: int = 0
+    ) -> Iterator[bytes]:
         """``GET /v1/jobs/{name}/logs``: the log bytes from ``offset`` as they come.
 
         With ``follow`` the server keeps the answer open until the job is terminal and every
@@ -110,6 +112,8 @@ class ApiClient:
         failures = 0
         while True:
             params = {"offset": str(offset), "follow": "true" if follow else "false"}
+            if node_index:
+                params["node_index"] = str(node_index)
             connected = False
             try:
                 with self._open(

@@ -105,8 +105,12 @@ def render_table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -
     )
 
 
+REASON_WIDTH = 70
+
+
 def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
-    """The ``list`` table, in the order the server gave (newest first)."""
+    """The ``list`` table, in the order the server gave (newest first); a REASON column says
+    why waiting jobs wait, when some do."""
     rows = [
         (
             job.get("name"),
@@ -118,7 +122,17 @@ def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
         )
         for job in jobs
     ]
-    return render_table(JOB_COLUMNS, rows)
+    if not any(job.get("reason") for job in jobs):
+        return render_table(JOB_COLUMNS, rows)
+    reasons = [_shorten(job.get("reason")) for job in jobs]
+    with_reasons = [(*row, reason) for row, reason in zip(rows, reasons, strict=True)]
+    return render_table((*JOB_COLUMNS, "REASON"), with_reasons)
+
+
+def _shorten(text: str | None) -> str | None:
+    if not text or len(text) <= REASON_WIDTH:
+        return text
+    return text[: REASON_WIDTH - 1] + "\u2026"
 
 
 def render_checkpoints_table(checkpoints: Sequence[Mapping[str, Any]]) -> str:
@@ -239,6 +253,9 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         }
         if stop.get("exit_code") is not None:  # the entry point ended as the stop came
             detail["stop"]["exit code"] = stop["exit_code"]
+    waiting = job.get("waiting")
+    if waiting:
+        detail["waiting"] = waiting_detail(waiting)
     logs = job.get("logs_unavailable")
     if logs:
         detail["logs"] = {
@@ -260,8 +277,14 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         "secrets": dict(spec.get("secrets") or {}),
         "datasets": dataset_pins(spec),
         "checkpoint": spec.get("checkpoint"),
+        "time limit": _seconds(spec.get("time_limit_s")),
+        "stop grace": _seconds(spec.get("stop_grace_s")),
     }
-    detail["node"] = job.get("node")
+    placements = job.get("placements") or []
+    if len(placements) > 1:
+        detail["nodes"] = [_placement_line(p) for p in placements]
+    else:
+        detail["node"] = job.get("node")
     detail["accelerators"] = format_cell(job.get("accelerators"))
     detail["timestamps"] = {
         "created": format_timestamp(job.get("created_at")),
@@ -272,6 +295,49 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     }
     detail["history"] = history_lines(job.get("history") or [])
     return detail
+
+
+def _seconds(value: Any) -> str | None:
+    from cli.durations import human_duration
+
+    return human_duration(value) if isinstance(value, int | float) else None
+
+
+def _placement_line(placement: Mapping[str, Any]) -> str:
+    parts = [f"{placement.get('index')}: {placement.get('node')}"]
+    if placement.get("address"):
+        parts[0] += f" ({placement['address']})"
+    if placement.get("accelerators"):
+        parts.append(f"accelerators {format_cell(placement['accelerators'])}")
+    if placement.get("exit_code") is not None:
+        parts.append(f"exit code {placement['exit_code']}")
+    return ", ".join(parts)
+
+
+def waiting_detail(waiting: Mapping[str, Any]) -> dict[str, Any]:
+    """Why a job waits: what it asked for, each node it waits for, its place in line."""
+    asked = waiting.get("asked") or {}
+    shown: dict[str, Any] = {"reason": waiting.get("reason")}
+    shown["asked for"] = (f"{asked.get('accels')} accelerator(s) on each of "
+                          f"{asked.get('nodes')} node(s)")  # fmt: skip
+    nodes = []
+    for node in waiting.get("nodes") or []:
+        if "free" in node:
+            held = ", ".join(f"{h['job']} {format_cell(h['accelerators'])}"
+                             for h in node.get("held_by") or []) or "nobody"  # fmt: skip
+            line = f"{node['node']}: {node['free']} of {node['accels']} free; held by {held}"
+            if node.get("ahead"):
+                line += f"; ahead in line: {', '.join(node['ahead'])}"
+        else:
+            state = "live" if node.get("alive") else (
+                f"offline, last heard of {format_timestamp(node.get('last_heard'))}")
+            line = f"{node['node']}: {node['accels']} accelerators, {state}"
+        nodes.append(line)
+    shown["nodes"] = nodes
+    if waiting.get("place") is not None:
+        of = f" of {waiting['of']}" if waiting.get("of") else ""
+        shown["place in line"] = f"{waiting['place']}{of}"
+    return shown
 
 
 def render_job(job: Mapping[str, Any]) -> str:

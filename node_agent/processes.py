@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -45,31 +44,6 @@ def group_members(pgid: int) -> list[int]:
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(entry.name))
     return members
-
-
-def _sleep_until_exit(pid: int, timeout: float) -> bool:
-    """Sleep until ``pid`` ends or ``timeout`` passes; False when this cannot be waited for
-    (no pidfd on this system)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return False
-    try:
-        select.select([fd], [], [], timeout)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _group_exists(pgid: int) -> bool:
-    """A quick look before a scan of ``/proc``: False once no process is left in the group."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def signal_group(pgid: int, signum: int) -> None:
@@ -117,8 +91,6 @@ class GroupProcess:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The leader's return code, or None if it is still running after ``timeout``."""
-        if timeout and self._process.returncode is None and _sleep_until_exit(self.pid, timeout):
-            timeout = 0  # woken the moment it ended (Popen's own wait polls with sleeps)
         try:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -145,7 +117,7 @@ class GroupProcess:
         deadline = time.monotonic() + timeout
         while True:
             self._process.poll()  # reap the leader so it does not linger as a zombie
-            if not _group_exists(self.pid) or not group_members(self.pid):
+            if not group_members(self.pid):
                 return True
             if time.monotonic() >= deadline:
                 return False
