@@ -181,7 +181,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DATASET",
-        help="a dataset mounted read-only under FLEXAI_INPUT_DIR/<dataset> (repeatable)",
+        help="a dataset pushed with `flexai dataset push`, read-only at "
+        "FLEXAI_INPUT_DIR/<dataset> in the version current now (repeatable)",
     )
     parser.add_argument(
         "--checkpoint",
