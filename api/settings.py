@@ -21,7 +21,7 @@ class Limits(BaseModel):
     log_chunk_bytes: int = Field(default=4 * MiB, ge=1024)
     """One batch of log bytes an agent ships."""
     upload_bytes: int = Field(default=64 * GiB, ge=1024)
-    """One checkpoint or output archive, as uploaded (compressed)."""
+    """One checkpoint, output or dataset archive, as uploaded (compressed)."""
     archive_entries: int = Field(default=100_000, ge=1)
     """Files and directories in one archive."""
     archive_unpacked_bytes: int = Field(default=256 * GiB, ge=1024)

@@ -43,7 +43,11 @@ def _check_name(name: str) -> None:
         ) from None
 
 
-@router.put("/datasets/{name}", dependencies=[Depends(LedgerWritable)])
+ZIP_BODY = {"requestBody": {"required": True, "content": {
+    "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
+
+
+@router.put("/datasets/{name}", dependencies=[Depends(LedgerWritable)], openapi_extra=ZIP_BODY)
 async def push_dataset(
     name: DatasetName, request: Request, services: ServicesDep, owner: CurrentUser
 ) -> DatasetPushed:
