@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -12,15 +15,22 @@ import pytest
 import node_agent.agent as agent_module
 from node_agent.agent import Agent, AgentSettings
 from node_agent.client import ApiError, ApiUnavailable, Listing
-from node_agent.models import Assignment, JobSpec
+from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec
+from node_agent.processes import marked_processes
 from node_agent.supervisor import SupervisorSettings
+from tests.support import wait_until
 
 
 class FakeSupervisor:
-    def __init__(self, assignment: Assignment, **_: Any) -> None:
+    def __init__(self, assignment: Assignment, adopting: bool = False, **_: Any) -> None:
         self.job_id = assignment.job_id
+        self.adopting = adopting
         self.calls: list[str] = []
+        self.updates: list[str] = []  # the statuses the agent passed on
         self.alive = True
+
+    def update(self, assignment: Assignment) -> None:
+        self.updates.append(assignment.status)
 
     def start(self) -> None:
         self.calls.append("start")
@@ -108,15 +118,56 @@ def test_a_new_building_job_gets_a_supervisor_once(agent: Agent, client: FakeCli
     agent.poll_once()
     agent.poll_once()
     assert supervisor(agent, "job-1").calls == ["start"]
+    assert not supervisor(agent, "job-1").adopting
 
 
-def test_a_stop_in_progress_reaches_the_jobs_supervisor(agent: Agent, client: FakeClient) -> None:
+def test_each_answer_reaches_the_jobs_supervisor_a_stop_and_the_go_included(
+    agent: Agent, client: FakeClient
+) -> None:
     client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    client.listing = [assignment("job-1", "in progress")]
     agent.poll_once()
     client.listing = [assignment("job-1", "stop in progress")]
     agent.poll_once()
-    assert supervisor(agent, "job-1").calls == ["start", "stop"]
+    assert supervisor(agent, "job-1").updates == ["in progress", "stop in progress"]
     assert client.reports == []
+
+
+@pytest.mark.parametrize("status", ["in progress", "stop in progress"])
+def test_a_running_job_no_supervisor_follows_is_found_again_by_one(
+    agent: Agent, client: FakeClient, status: str
+) -> None:
+    client.listing = [assignment("job-1", status)]
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == ["start"]
+    assert supervisor(agent, "job-1").adopting  # it decides: follow, or report the end
+    assert client.reports == []
+
+
+def test_at_start_the_processes_of_jobs_no_longer_listed_are_ended_and_no_others(
+    agent: Agent, client: FakeClient, tmp_path: Path
+) -> None:
+    def sleeper(marker: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, MARKER_VARIABLE: marker}
+        return subprocess.Popen(["sleep", "600"], env=env, start_new_session=True)
+
+    orphan = sleeper(JobDirs.for_job(tmp_path, "gone").marker)
+    listed = sleeper(JobDirs.for_job(tmp_path, "job-1").marker)
+    another_agents = sleeper(JobDirs.for_job(tmp_path / "other", "gone").marker)
+    try:
+        wait_until(lambda: marked_processes().keys() >= {orphan.pid, listed.pid})
+        client.listing = [assignment("job-1", "in progress")]
+        agent.poll_once()
+        assert orphan.wait(10) == -signal.SIGTERM
+        assert listed.poll() is None and another_agents.poll() is None
+        client.listing = []
+        agent.poll_once()  # once, at start only
+        assert listed.poll() is None
+    finally:
+        for process in (orphan, listed, another_agents):
+            process.kill()
+            process.wait()
 
 
 def test_a_finished_job_still_listed_by_a_stale_answer_is_not_started_again(
