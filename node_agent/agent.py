@@ -2,9 +2,12 @@
 
 Two periodic tasks run until shutdown, each surviving its own errors: the heartbeat, and the
 long poll of ``GET /v1/agent/nodes/{node_id}/assignments`` (answered as soon as the node's jobs
-change) that starts a supervisor for each new job and passes on the user's stops. Each job
-lives in its own :class:`JobSupervisor` thread, so one job's build, logs or uploads never hold
-up another's.
+change) that starts a supervisor for each new job and passes each answer on to the job's
+supervisor (the control plane's go, the user's stop). Each job lives in its own
+:class:`JobSupervisor` thread, so one job's build, logs or uploads never hold up another's.
+
+An agent that (re)starts first ends the processes its predecessor left of jobs no longer listed
+for the node, then follows again the jobs listed as running here (see ``node_agent/adopt.py``).
 
 When any call answers ``node-taken`` (another agent took this node over while this one was
 silent), the agent ends every job's processes at once, reports nothing, and stops: a job must
