@@ -136,7 +136,7 @@ class JobBuild:
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
-        code, tail = self._clone(url, default_branch=not revision)
+        code, tail = self._clone(url)
         if code != 0:
             raise BuildFailed(
                 "clone_failed",
@@ -268,15 +268,12 @@ class JobBuild:
             raise BuildCancelled()
         return lines[0].strip() if code == 0 and lines else None
 
-    def _clone(self, url: str, default_branch: bool) -> tuple[int, str]:
+    def _clone(self, url: str) -> tuple[int, str]:
         """``git clone --no-checkout`` into the job's repo, through the node's mirror if any."""
         if self.caches is None:
             return self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
         try:
-            self.caches.mirrors.clone(
-                url, self.dirs.repo, git=self._git_lines, cancel=self.cancel,
-                default_branch=default_branch,
-            )  # fmt: skip
+            self.caches.mirrors.clone(url, self.dirs.repo, git=self._git_lines, cancel=self.cancel)
         except MirrorFailed as error:
             return 1, str(error)
         except LockCancelled:
