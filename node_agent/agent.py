@@ -235,7 +235,9 @@ class Agent:
                 self._missing.pop(job_id, None)
                 continue
             self._missing[job_id] = self._missing.get(job_id, 0) + 1
-            if self._missing[job_id] == _MISSING_POLLS_BEFORE_ABORT:
+            if self._missing[job_id] < _MISSING_POLLS_BEFORE_ABORT:
+                self._etag = ""  # the confirming answer comes at once, not after a long poll
+            elif self._missing[job_id] == _MISSING_POLLS_BEFORE_ABORT:
                 log.warning("job %s: no longer assigned to this node; ending it", job_id)
                 supervisor.abort(shutting_down=False)
 

@@ -55,6 +55,8 @@ class FakeClient:
         self.registrations = 0
         self.reports: list[tuple[str, dict[str, Any]]] = []
         self.polls = 0
+        self.etag = ""
+        self.asked_since: list[str | None] = []
 
     def register(self, name: str, accels: int, accel_type: str, **_: Any) -> str:
         self.registrations += 1
@@ -71,7 +73,8 @@ class FakeClient:
         return self.listing
 
     def poll_assignments(self, node_id: str, since: Any = None, wait: float = 0.0) -> Listing:
-        return Listing(self.assignments(node_id), "")  # a control plane without long polls
+        self.asked_since.append(since)
+        return Listing(self.assignments(node_id), self.etag)  # "": no long polls
 
     def report(self, job_id: str, report: dict[str, Any], retry_for: Any = None) -> str:
         self.reports.append((job_id, report))
@@ -190,6 +193,20 @@ def test_a_job_no_longer_listed_for_two_polls_is_aborted(agent: Agent, client: F
     assert supervisor(agent, "job-1").calls == []
     agent.poll_once()
     assert supervisor(agent, "job-1").calls == ["abort"]
+
+
+def test_a_job_missing_from_an_answer_is_asked_about_again_at_once(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.etag = "listed"
+    client.listing = [assignment("job-1", "in progress")]
+    agent.poll_once()
+    agent.poll_once()  # a long poll: it waits for a change since "listed"
+    client.etag, client.listing = "gone", []
+    assert agent.poll_once()  # a change: the next poll follows at once...
+    agent.poll_once()  # ...and does not wait on the control plane
+    assert client.asked_since == [None, "listed", "listed", None]
+    assert supervisor(agent, "job-1").calls == ["start", "abort"]
 
 
 def test_an_unknown_node_registers_again(agent: Agent, client: FakeClient) -> None:
