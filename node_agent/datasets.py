@@ -65,6 +65,11 @@ class UnpackLimits:
 class DatasetCache:
     """``<work-dir>/datasets-cache``: one read-only directory per dataset version."""
 
+    def __init__(self, root: Path, fetch: FetchDataset, limits: UnpackLimits | None = None) -> None:
+        self.root = root
+        self.fetch = fetch
+        self.limits = limits or UnpackLimits()
+
     @classmethod
     def for_job(cls, client: ControlPlaneClient, job_id: str, work_dir: Path) -> DatasetCache:
         """The node's cache, which downloads the versions ``job_id`` was given."""
@@ -81,11 +86,6 @@ class DatasetCache:
                 ) from None
 
         return cls(work_dir / "datasets-cache", fetch)
-
-    def __init__(self, root: Path, fetch: FetchDataset, limits: UnpackLimits | None = None):
-        self.root = root
-        self.fetch = fetch
-        self.limits = limits or UnpackLimits()
 
     def get(self, content_hash: str) -> tuple[Path, bool]:
         """The directory holding the version, and whether this node had it already."""

@@ -133,7 +133,9 @@ def test_inspect_shows_every_version_newest_first() -> None:
     assert f"content hash: {HASH}" in shown
     lines = [line for line in shown.splitlines() if line.startswith("  - ")]
     assert [line.split()[1:3] for line in lines] == [
-        ["VERSION", "HASH"], ["2", HASH[:12]], ["1", "0" * 12]
+        ["VERSION", "HASH"],
+        ["2", HASH[:12]],
+        ["1", "0" * 12],
     ]
 
 
