@@ -272,6 +272,8 @@ class ReportAccepted(BaseModel):
     accelerators: list[int] | None = None
     """The reporting node's allocated indices when the job runs (a ``built`` report whose job
     could start at once needs no further poll)."""
+    rendezvous: Rendezvous | None = None
+    """Where a multi-node job's ranks meet, once it runs."""
 
 
 class Size(BaseModel):

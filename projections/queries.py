@@ -102,22 +102,28 @@ class Queries:
         return {node_id: held + queued for node_id, (held, queued) in self.node_load().items()}
 
     def jobs_on_node(self, node_id: str) -> list[str]:
+        """The jobs placed on the node, those that wait first: when the node is lost, they
+        must leave its line before a running job lets go of its accelerators there."""
         marks = ", ".join("?" * len(ON_A_NODE))
         rows = self._all(
-            f"SELECT DISTINCT job_id FROM job_nodes WHERE node_id = ? AND status IN ({marks})",
+            f"SELECT DISTINCT job_id, status FROM job_nodes "
+            f"WHERE node_id = ? AND status IN ({marks})",
             [node_id, *(status.value for status in ON_A_NODE)],
         )
+        first = {Status.ENQUEUED.value: 0, Status.BUILDING.value: 1}
+        rows.sort(key=lambda row: first.get(row["status"], 2))
         return [str(row["job_id"]) for row in rows]
 
     def holders(self, node_id: str) -> list[Row]:
         """Jobs placed on the node, with their indices there (for explaining waits)."""
         marks = ", ".join("?" * len(ON_A_NODE))
-        return self._all(
+        rows = self._all(
             f"SELECT n.job_id, l.name, n.status, n.accels, n.allocated, n.created_at "
             f"FROM job_nodes n JOIN job_list l ON l.id = n.job_id "
             f"WHERE n.node_id = ? AND n.status IN ({marks}) ORDER BY n.created_at, n.job_id",
             [node_id, *(status.value for status in ON_A_NODE)],
         )
+        return [{**row, "allocated": json.loads(row["allocated"])} for row in rows]
 
     def nodes(self) -> list[Row]:
         return self._all(

@@ -185,7 +185,8 @@ def report(
     for index, placement in enumerate(document.get("placements") or []):
         if placement["node_id"] == body.node_id and body.node_index in (None, index):
             seen = assignment_of({**document, "node_index": index})
-            return ReportAccepted(status=seen.status, accelerators=seen.accelerators)
+            return ReportAccepted(status=seen.status, accelerators=seen.accelerators,
+                                  rendezvous=seen.rendezvous)  # fmt: skip
     return ReportAccepted(status=str(document["status"]))
 
 
@@ -248,7 +249,7 @@ async def upload_outputs(job_id: JobId, node_index: Annotated[int, Path(ge=0, le
                          agent_id: AgentId, request: Request, services: ServicesDep,
                          _: CurrentUser) -> Size:  # fmt: skip
     """Store the output directory of one node of the job (a zip)."""
-    await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    await run_in_threadpool(_job_of_holder, services, job_id, agent_id, node_index)
     upload = await services.artifacts.receive(str(job_id), request.stream())
     size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, upload)
     return Size(size=size)
