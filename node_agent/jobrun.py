@@ -27,6 +27,7 @@ from node_agent.processes import (
     job_processes,
     signal_group,
     signal_pids,
+    sleep_until_exit,
     started_at,
 )
 
@@ -111,7 +112,9 @@ class JobRun:
         while self.running():
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(min(_POLL, max(0.0, deadline - time.monotonic())))
+            pause = min(_POLL, max(0.0, deadline - time.monotonic()))
+            if self.shim_pid is None or not sleep_until_exit(self.shim_pid, pause):
+                time.sleep(pause)  # woken at once by the shim's end where a pidfd tells it
         return True
 
     def returncode(self) -> int | None:

@@ -138,7 +138,7 @@ def _stat(pid: str) -> list[str] | None:
     return stat[stat.rfind(")") + 2 :].split()
 
 
-def _sleep_until_exit(pid: int, timeout: float) -> bool:
+def sleep_until_exit(pid: int, timeout: float) -> bool:
     """Sleep until ``pid`` ends or ``timeout`` passes; False when this cannot be waited for
     (no pidfd on this system)."""
     try:
@@ -208,7 +208,7 @@ class GroupProcess:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The leader's return code, or None if it is still running after ``timeout``."""
-        if timeout and self._process.returncode is None and _sleep_until_exit(self.pid, timeout):
+        if timeout and self._process.returncode is None and sleep_until_exit(self.pid, timeout):
             timeout = 0  # woken the moment it ended (Popen's own wait polls with sleeps)
         try:
             return self._process.wait(timeout)
