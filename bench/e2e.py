@@ -251,7 +251,7 @@ def report(rows: dict[str, list[float]], rates: dict[str, float], notes: list[st
         print(f"{row:<34} {p50 * 1000:>8.1f} {percentile(timings, 90) * 1000:>8.1f} {ratio}{mark}")
     if rates:
         slurm_rate = next((rate for row, rate in rates.items() if row.startswith("slurm")), 0)
-        print(f"\n{'row':<34} {'jobs/s':>8} {'Slurm time / ours':>18}")
+        print(f"\n{'row':<34} {'jobs/s':>8} {'ours / Slurm':>18}")
         for row, rate in rates.items():
             ratio = f"{rate / slurm_rate:>17.2f}x" if slurm_rate else f"{'-':>18}"
             mark = "" if row.startswith("slurm") or rate >= TARGET_JOBS_PER_S else "  under 20/s"
