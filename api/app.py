@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.limits import BodyLimits
-from api.routes import agent, audit, health, jobs, nodes
+from api.routes import agent, audit, datasets, health, jobs, nodes
 from api.scheduler import Scheduler
 from api.services import Services
 from projections.projector import ProjectionHalted
@@ -47,6 +47,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(agent.router)
     app.include_router(audit.router)
     app.include_router(nodes.router)
+    app.include_router(datasets.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        user_for=services.state.user_for)  # fmt: skip

@@ -77,24 +77,26 @@ class LocalArtifactStore:
 
     # -- logs -----------------------------------------------------------------------------
 
-    def _log_path(self, job_id: str) -> Path:
-        return self._job_dir(job_id) / "logs.txt"
+    def _log_path(self, job_id: str, node_index: int = 0) -> Path:
+        """Each node of a job has its own log (node 0's keeps the single-node name)."""
+        name = "logs.txt" if node_index == 0 else f"logs-{node_index}.txt"
+        return self._job_dir(job_id) / name
 
-    def log_size(self, job_id: str) -> int:
+    def log_size(self, job_id: str, node_index: int = 0) -> int:
         try:
-            return self._log_path(job_id).stat().st_size
+            return self._log_path(job_id, node_index).stat().st_size
         except FileNotFoundError:
             return 0
 
-    def append_log(self, job_id: str, offset: int, data: bytes) -> int:
+    def append_log(self, job_id: str, offset: int, data: bytes, node_index: int = 0) -> int:
         """Append bytes that start at ``offset``; bytes already held are not written twice."""
-        with self._log_locks[job_id], self._storing("log bytes"):
-            size = self.log_size(job_id)
+        with self._log_locks[f"{job_id}/{node_index}"], self._storing("log bytes"):
+            size = self.log_size(job_id, node_index)
             if offset > size:
                 raise LogOffsetMismatch(size)
             fresh = data[size - offset :]
             if fresh:
-                path = self._log_path(job_id)
+                path = self._log_path(job_id, node_index)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("ab") as handle:
                     handle.write(fresh)
@@ -102,9 +104,11 @@ class LocalArtifactStore:
                     os.fsync(handle.fileno())
             return size + len(fresh)
 
-    def read_log(self, job_id: str, offset: int, limit: int = 1 << 20) -> bytes:
+    def read_log(
+        self, job_id: str, offset: int, limit: int = 1 << 20, node_index: int = 0
+    ) -> bytes:
         try:
-            handle = self._log_path(job_id).open("rb")
+            handle = self._log_path(job_id, node_index).open("rb")
         except FileNotFoundError:
             return b""
         with handle, self._storing("log bytes"):
@@ -121,7 +125,11 @@ class LocalArtifactStore:
 
     async def receive(self, job_id: str, body: AsyncIterator[bytes]) -> Path:
         """Write an upload's body into a new file of the job's; the caller places or drops it."""
-        directory = self._job_dir(job_id) / "uploads"
+        return await self.receive_into(self._job_dir(job_id) / "uploads", body)
+
+    async def receive_into(self, directory: Path, body: AsyncIterator[bytes]) -> Path:
+        """Write an upload's body into a new file in ``directory``; the caller places or
+        drops it."""
         with self._storing("uploads"):
             directory.mkdir(parents=True, exist_ok=True)
             fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")

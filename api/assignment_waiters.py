@@ -4,7 +4,9 @@ An agent asks ``GET .../assignments?wait=S&since=ETAG``; when the node's answer 
 etag, the request sleeps on an :class:`asyncio.Event` until something happens to one of the
 node's jobs, or ``S`` seconds pass. The projector's listener wakes it, for events written by
 any replica: an event that names a node (a job assigned to it) wakes that node, and an event of
-a job that a node was last seen holding wakes that node (a stop, a report, a job moved away).
+a job that a node was last seen holding wakes that node (a stop, a job moved away), unless
+that node's own agent reported it (it knows already; under load, its jobs' reports would keep
+it busy).
 A thousand waiting agents cost a thousand small objects; an event wakes only its nodes.
 """
 
@@ -56,6 +58,7 @@ class AssignmentWaiters:
         self.closing = False
         self._by_node: defaultdict[str, set[Waiter]] = defaultdict(set)
         self._nodes_of_job: defaultdict[str, set[str]] = defaultdict(set)
+        self._node_names: dict[str, str] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -96,7 +99,12 @@ class AssignmentWaiters:
                 named = _nodes_named(domain_event)
                 if named:
                     self._nodes_of_job[job_id].update(named)
-                nodes.update(self._nodes_of_job.get(job_id, ()))
+                    self._node_names.update((node, name) for node, name in named.items() if name)
+                reporter = _reporting_agent(domain_event)
+                nodes.update(
+                    node for node in self._nodes_of_job.get(job_id, ())
+                    if reporter is None or self._node_names.get(node) != reporter
+                )  # fmt: skip
                 if _ends_the_job(domain_event):
                     self._nodes_of_job.pop(job_id, None)
         for node_id in nodes:
@@ -119,13 +127,26 @@ class AssignmentWaiters:
             self.wake(node_id)
 
 
-def _nodes_named(domain_event: Any) -> set[str]:
-    """The nodes an event places the job on: ``node_id``, and each of ``nodes`` (a job of
-    several nodes)."""
-    named = {getattr(domain_event, "node_id", None)}
+def _nodes_named(domain_event: Any) -> dict[str, str]:
+    """The nodes an event places the job on (``node_id``, and each of ``nodes`` for a job of
+    several nodes), with their names when it says them."""
+    named = [(getattr(domain_event, "node_id", None), getattr(domain_event, "node_name", None))]
     for placed in getattr(domain_event, "nodes", None) or ():
-        named.add(placed.get("node_id") if isinstance(placed, dict) else None)
-    return {node for node in named if isinstance(node, str) and node}
+        if isinstance(placed, dict):
+            named.append((placed.get("node_id"), placed.get("node_name")))
+    return {
+        node: name if isinstance(name, str) else ""
+        for node, name in named
+        if isinstance(node, str) and node
+    }
+
+
+def _reporting_agent(domain_event: Any) -> str | None:
+    """The name of the node whose agent caused the event, if an agent did."""
+    by = getattr(domain_event, "by", None)
+    if isinstance(by, dict) and by.get("kind") == "agent":
+        return str(by.get("id"))
+    return None
 
 
 def _ends_the_job(domain_event: Any) -> bool:

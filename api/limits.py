@@ -36,7 +36,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LOGS = re.compile(r"^/v1/agent/jobs/[^/]+/logs$")
-_UPLOAD = re.compile(r"^/v1/agent/jobs/[^/]+/(checkpoints|outputs)/[^/]+$")
+_UPLOAD = re.compile(r"^/v1/agent/jobs/[^/]+/(checkpoints|outputs)/[^/]+$|^/v1/datasets/[^/]+$")
 DRAIN_BYTES = 16 * 2**20
 """A body at most this much over its limit is read and dropped before the 413 is sent, so that
 the client sees the answer; a larger one is cut off (its connection closed)."""

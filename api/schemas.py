@@ -61,6 +61,16 @@ class JobCreate(BaseModel):
     datasets: Annotated[list[str], _bounded(values.check_datasets)] = Field(default_factory=list)
     checkpoint: Text | None = None
     entry_point: Annotated[list[str], _bounded(values.check_entry_point)] = Field(min_length=1)
+    time_limit_s: int | None = Field(
+        default=None, ge=1, le=values.MAX_TIME_LIMIT_S,
+        description="end the job (failed, time_limit_exceeded) past this many seconds of "
+        "running; default: the server's --default-time-limit",
+    )
+    stop_grace_s: int | None = Field(
+        default=None, ge=0, le=values.MAX_STOP_GRACE_S,
+        description="seconds between SIGTERM and SIGKILL when the job is stopped or ended "
+        "(default: the agent's --stop-grace)",
+    )
 
 
 class Actor(BaseModel):
@@ -101,6 +111,8 @@ class JobSummary(BaseModel):
     started_at: str | None
     ended_at: str | None
     duration_seconds: float | None
+    reason: str | None = None
+    """Why a waiting job (scheduling, enqueued) waits, in one line."""
 
 
 class JobPublic(JobSummary):
@@ -112,6 +124,11 @@ class JobPublic(JobSummary):
     failure: Failure | None
     stop: dict[str, Any] | None
     logs_unavailable: LogsUnavailable | None = None
+    placements: list[dict[str, Any]] = Field(default_factory=list)
+    """One per node: index, node, address, built, accelerators, exit_code."""
+    rendezvous: Rendezvous | None = None
+    waiting: dict[str, Any] | None = None
+    """Why the job waits: what it asked for, each candidate node's state, its place in line."""
     history: list[HistoryEntry]
 
 
@@ -169,6 +186,15 @@ class AuditHistory(BaseModel):
     events: list[AuditEvent]
 
 
+class Gpu(BaseModel):
+    """One GPU as NVML (or nvidia-smi) describes it."""
+
+    index: int = Field(ge=0, le=values.MAX_ACCELS)
+    model: Annotated[str, _text(values.MAX_ACCEL_TYPE)]
+    memory_mb: int | None = Field(default=None, ge=0, le=values.BIGINT_MAX)
+    uuid: Annotated[str, _text(values.MAX_LABEL)] | None = None
+
+
 class NodeRegister(BaseModel):
     name: Annotated[str, _bounded(values.check_node_name)]
     accels: int = Field(ge=0, le=values.MAX_ACCELS)
@@ -178,11 +204,20 @@ class NodeRegister(BaseModel):
         description="the agent's lasting identity (kept in its work directory): one live "
         "agent per node name",
     )
+    address: Annotated[str, _bounded(values.check_address)] | None = Field(
+        default=None, description="how the node's peers reach it (a multi-node rendezvous)"
+    )
+    gpus: list[Gpu] = Field(default_factory=list, max_length=values.MAX_ACCELS)
 
 
 class NodeRegistered(BaseModel):
     node_id: str
     name: str
+
+
+class Rendezvous(BaseModel):
+    master_addr: str
+    master_port: int
 
 
 class Assignment(BaseModel):
@@ -191,6 +226,13 @@ class Assignment(BaseModel):
     status: str
     spec: dict[str, Any]
     input_checkpoint_id: str | None
+    node_index: int = 0
+    """This node's place among the job's nodes (its NODE_RANK)."""
+    nnodes: int = 1
+    accelerators: list[int] | None = None
+    """The indices the control plane allocated to the job on this node, once it runs."""
+    rendezvous: Rendezvous | None = None
+    """Where a multi-node job's ranks meet (node 0), once it runs."""
 
 
 class Assignments(BaseModel):
@@ -202,11 +244,18 @@ class Assignments(BaseModel):
 class Report(BaseModel):
     node_id: str = Field(pattern=r"^[0-9a-fA-F-]{32,36}$")
     type: Literal[
-        "enqueued", "started", "build_failed", "exited", "failed", "stopped", "stop_failed",
+        "built", "build_failed", "exited", "failed", "stopped", "stop_failed",
         "logs_unavailable",
     ]
+    node_index: int | None = Field(
+        default=None, ge=0, le=values.MAX_NODES,
+        description="the reporting node's index in the job (default: its only placement)",
+    )
     commit: Commit | None = None
-    accelerators: Accelerators = Field(default_factory=list)
+    master_port: int | None = Field(
+        default=None, ge=1, le=values.MAX_PORT,
+        description="built, node 0 of a multi-node job: the rendezvous port it picked",
+    )
     exit_code: ExitCode | None = None
     code: FailureCode | None = None
     message: Message | None = None
@@ -220,6 +269,11 @@ class Report(BaseModel):
 
 class ReportAccepted(BaseModel):
     status: str
+    accelerators: list[int] | None = None
+    """The reporting node's allocated indices when the job runs (a ``built`` report whose job
+    could start at once needs no further poll)."""
+    rendezvous: Rendezvous | None = None
+    """Where a multi-node job's ranks meet, once it runs."""
 
 
 class Size(BaseModel):
@@ -238,3 +292,41 @@ class NodePublic(BaseModel):
 
 class NodesPublic(BaseModel):
     nodes: list[NodePublic]
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+
+class DatasetPublic(BaseModel):
+    """A dataset with its latest version: the one jobs submitted from now on get."""
+
+    name: str
+    version: int
+    content_hash: str = Field(description="the SHA-256 of the version's zip archive")
+    size: int = Field(description="the bytes of its files, unpacked")
+    files: int
+    created_at: str
+    pushed_at: str
+    pushed_by: str
+
+
+class DatasetPushed(DatasetPublic):
+    changed: bool = Field(description="false when the latest version held this content already")
+
+
+class DatasetsPublic(BaseModel):
+    datasets: list[DatasetPublic]
+    count: int
+
+
+class DatasetVersion(BaseModel):
+    version: int
+    content_hash: str
+    size: int
+    files: int
+    pushed_at: str
+    pushed_by: str
+
+
+class DatasetDetail(DatasetPublic):
+    versions: list[DatasetVersion] = Field(description="every version, newest first")

@@ -37,6 +37,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--database-wait", type=float, default=1.5, metavar="SECONDS",
                         help="how long a request waits for a PostgreSQL connection before it "
                              "is answered 503 database-unavailable (default: %(default)s)")
+    parser.add_argument("--default-time-limit", type=_duration, default=None,
+                        metavar="DURATION",
+                        help="the time limit of jobs submitted without --time-limit, e.g. 12h "
+                             "(default: none)")
+    parser.add_argument("--stop-confirm-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="after a job's stop grace, how long a node has to confirm a stop "
+                             "before the job is 'stop failed' (default: %(default)s)")
     parser.add_argument("--skip-event", type=int, action="append", default=[],
                         metavar="POSITION",
                         help="let the views pass over the event at this ledger position (one "
@@ -47,6 +54,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
                             default=field.default, metavar="N",
                             help=f"{field.description} (default: %(default)s)")
     return parser.parse_args(argv)  # fmt: skip
+
+
+def _duration(text: str) -> int:
+    from cli.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _quiet_exit_server(config: Any) -> Any:
@@ -90,12 +106,15 @@ def _settings(args: argparse.Namespace) -> Any:
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
-        database_wait_s=args.database_wait,
+        database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
+        stop_confirm_timeout_s=args.stop_confirm_timeout,
         limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
     )  # fmt: skip
 
 
 _FLAGS = {"database_wait_s": "--database-wait", "node_timeout_s": "--node-timeout",
+          "stop_confirm_timeout_s": "--stop-confirm-timeout",
+          "default_time_limit_s": "--default-time-limit",
           "scheduling_patience_s": "--scheduling-patience"}  # fmt: skip
 
 

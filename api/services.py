@@ -10,6 +10,7 @@ from api.assignment_waiters import AssignmentWaiters
 from api.followers import LogFollowers
 from api.settings import Settings
 from api.state import OperationalState
+from api.waits import Waits
 from domain.application import TrainingJobs
 from projections.db import Database, open_database
 from projections.projector import Projector
@@ -26,6 +27,7 @@ class Services:
     state: OperationalState
     artifacts: LocalArtifactStore
     log_followers: LogFollowers
+    waits: Waits
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
 
@@ -59,4 +61,5 @@ def build_services(settings: Settings) -> Services:
         artifacts=LocalArtifactStore(settings.data_dir / "artifacts", archive_limits),
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
+        waits=Waits(database),
     )

@@ -21,7 +21,7 @@ class Limits(BaseModel):
     log_chunk_bytes: int = Field(default=4 * MiB, ge=1024)
     """One batch of log bytes an agent ships."""
     upload_bytes: int = Field(default=64 * GiB, ge=1024)
-    """One checkpoint or output archive, as uploaded (compressed)."""
+    """One checkpoint, output or dataset archive, as uploaded (compressed)."""
     archive_entries: int = Field(default=100_000, ge=1)
     """Files and directories in one archive."""
     archive_unpacked_bytes: int = Field(default=256 * GiB, ge=1024)
@@ -39,6 +39,10 @@ class Settings(BaseModel):
     scheduling_patience_s: float = 30.0
     node_timeout_s: float = 30.0
     projection_interval_s: float = 0.25
+    stop_confirm_timeout_s: float = Field(default=60.0, gt=0)
+    """After a job's stop grace, how long a node has to confirm a stop before it fails."""
+    default_time_limit_s: int | None = Field(default=None, ge=1)
+    """The time limit of jobs submitted without one (None: no limit)."""
     database_wait_s: float = Field(default=1.5, gt=0)
     """How long a request waits for a PostgreSQL connection before it is answered 503
     ``database-unavailable`` (kept under the 2 s within which that answer is due)."""

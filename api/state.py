@@ -123,6 +123,12 @@ class OperationalState:
             return None
         return Holder(str(row["agent_id"]), str(row["since"]), row["last_seen"])
 
+    def last_seen(self) -> dict[str, str]:
+        """When each node was last heard of (ISO 8601, UTC)."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT node_id, last_seen FROM node_heartbeats")
+            return {str(row["node_id"]): str(row["last_seen"]) for row in cursor.fetchall()}
+
     def live_nodes(self, timeout_s: float) -> set[str]:
         since = (now() - timedelta(seconds=timeout_s)).isoformat()
         with self.database.transaction() as cursor:

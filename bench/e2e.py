@@ -191,33 +191,45 @@ def throughput(cluster: Flexai, repo: Path, count: int) -> float:
     start = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
         names = {name for name, _ in pool.map(lambda _: cluster.submit(repo), range(count))}
+    deadline = time.monotonic() + 600
     while cluster.succeeded(names) < count:
-        time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{count} jobs not succeeded within 600 s; see {cluster.root}")
+        time.sleep(0.2)  # a list of every job: asked for often, it would load the server
     return count / (time.perf_counter() - start)
 
 
 def slurm_latencies(slurm: SlurmCluster, jobs: int) -> list[float]:
-    job_id = slurm.submit()  # warm-up
-    while slurm.states([job_id]).get(job_id) != "COMPLETED":
-        time.sleep(0.05)
+    slurm_wait(slurm, slurm.submit())  # warm-up
     timings = []
     for _ in range(jobs):
         job_id = slurm.submit()
         returned = time.perf_counter()
-        while (state := slurm.states([job_id]).get(job_id)) != "COMPLETED":
-            if state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"):
-                raise SlurmUnavailable(f"slurm job {job_id} ended {state}")
-            time.sleep(POLL_S)
-        timings.append(time.perf_counter() - returned)
+        timings.append(slurm_wait(slurm, job_id) - returned)
     return timings
+
+
+def slurm_wait(slurm: SlurmCluster, job_id: str) -> float:
+    """When the job was first seen ``COMPLETED``."""
+    deadline = time.monotonic() + 120
+    while (state := slurm.states([job_id]).get(job_id)) != "COMPLETED":
+        if state in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL") or (
+            time.monotonic() > deadline
+        ):
+            raise SlurmUnavailable(f"slurm job {job_id} is {state or 'unknown'}")
+        time.sleep(POLL_S)
+    return time.perf_counter()
 
 
 def slurm_throughput(slurm: SlurmCluster, count: int) -> float:
     start = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
         ids = list(pool.map(lambda _: slurm.submit(), range(count)))
+    deadline = time.monotonic() + 600
     while sum(1 for state in slurm.states(ids).values() if state == "COMPLETED") < count:
-        time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise SlurmUnavailable(f"{count} Slurm jobs not COMPLETED within 600 s")
+        time.sleep(0.2)
     return count / (time.perf_counter() - start)
 
 
@@ -239,7 +251,7 @@ def report(rows: dict[str, list[float]], rates: dict[str, float], notes: list[st
         print(f"{row:<34} {p50 * 1000:>8.1f} {percentile(timings, 90) * 1000:>8.1f} {ratio}{mark}")
     if rates:
         slurm_rate = next((rate for row, rate in rates.items() if row.startswith("slurm")), 0)
-        print(f"\n{'row':<34} {'jobs/s':>8} {'Slurm time / ours':>18}")
+        print(f"\n{'row':<34} {'jobs/s':>8} {'ours / Slurm':>18}")
         for row, rate in rates.items():
             ratio = f"{rate / slurm_rate:>17.2f}x" if slurm_rate else f"{'-':>18}"
             mark = "" if row.startswith("slurm") or rate >= TARGET_JOBS_PER_S else "  under 20/s"

@@ -149,11 +149,12 @@ class SlurmCluster:
 
     def states(self, job_ids: list[str]) -> dict[str, str]:
         """The state of each job (``COMPLETED`` when done) as scontrol shows it."""
-        shown = self._run(["scontrol", "show", "job", "-o", ",".join(job_ids)], check=False)
+        argv = ["scontrol", "show", "job", "-o", *job_ids[:1]] if len(job_ids) == 1 else [
+            "scontrol", "show", "job", "-o"]  # fmt: skip
         states = {}
-        for line in shown.splitlines():
+        for line in self._run(argv, check=False).splitlines():
             fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
-            if "JobId" in fields:
+            if fields.get("JobId") in job_ids:
                 states[fields["JobId"]] = fields.get("JobState", "")
         return states
 

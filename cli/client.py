@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -100,7 +100,9 @@ class ApiClient:
         with self._translated(), self._open("GET", path) as response:
             yield from response.iter_bytes()
 
-    def iter_logs(self, name: str, *, follow: bool = False, offset: int = 0) -> Iterator[bytes]:
+    def iter_logs(
+        self, name: str, *, follow: bool = False, offset: int = 0, node_index: int = 0
+    ) -> Iterator[bytes]:
         """``GET /v1/jobs/{name}/logs``: the log bytes from ``offset`` as they come.
 
         With ``follow`` the server keeps the answer open until the job is terminal and every
@@ -110,6 +112,8 @@ class ApiClient:
         failures = 0
         while True:
             params = {"offset": str(offset), "follow": "true" if follow else "false"}
+            if node_index:
+                params["node_index"] = str(node_index)
             connected = False
             try:
                 with self._open(
@@ -133,6 +137,22 @@ class ApiClient:
                 if not follow or failures > FOLLOW_RETRIES:
                     raise self._transport_error(error) from error
                 time.sleep(RETRY_DELAY)
+
+    # --- datasets ------------------------------------------------------------------------
+
+    def push_dataset(self, name: str, archive: Iterable[bytes]) -> dict[str, Any]:
+        """``PUT /v1/datasets/{name}``: the zip, streamed as it is made; the DatasetPushed."""
+        headers = {"Content-Type": "application/zip"}
+        return self._json("PUT", f"/v1/datasets/{_segment(name)}", content=archive,
+                          headers=headers)  # fmt: skip
+
+    def list_datasets(self) -> dict[str, Any]:
+        """``GET /v1/datasets``: ``{"datasets": [DatasetPublic], "count": n}``, by name."""
+        return self._json("GET", "/v1/datasets")
+
+    def get_dataset(self, name: str) -> dict[str, Any]:
+        """``GET /v1/datasets/{name}``: the DatasetDetail, its versions newest first."""
+        return self._json("GET", f"/v1/datasets/{_segment(name)}")
 
     # --- audit ---------------------------------------------------------------------------
 

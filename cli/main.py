@@ -1,4 +1,5 @@
-"""The `flexai` entry point: `flexai training <subcommand>`, `flexai server`, `flexai agent`.
+"""The `flexai` entry point: `flexai training <subcommand>`, `flexai dataset <subcommand>`,
+`flexai server`, `flexai agent`.
 
 Exit codes: 0 done; 1 the server refused or something went wrong (one `error: ` line on
 stderr); 2 the command line is wrong; 130 interrupted with Ctrl-C; 141 the reader of stdout went
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
 
 from cli.commands import TRAINING_COMMANDS, Command
+from cli.commands.dataset import DATASET_COMMANDS
 from cli.commands.run import split_entry_point
 from cli.errors import (
     EXIT_BROKEN_PIPE,
@@ -65,8 +67,28 @@ def _summary(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if doc else ""
 
 
-def _command(name: str) -> Command:
-    return cast(Command, importlib.import_module(f"cli.commands.{name}"))
+def _command(package: str, name: str) -> Command:
+    return cast(Command, importlib.import_module(f"{package}.{name}"))
+
+
+def _add_group(
+    top: Any, name: str, summary: str, description: str, package: str, commands: Sequence[str]
+) -> None:
+    """``flexai NAME SUBCOMMAND``: one subcommand per module of ``package``."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    group = top.add_parser(name, help=summary, description=description, formatter_class=formatter)
+    group.set_defaults(help_parser=group)
+    subcommands = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
+    for command in commands:
+        module = _command(package, command)
+        sub = subcommands.add_parser(
+            command,
+            help=_summary(module.__doc__),
+            description=(module.__doc__ or "").strip(),
+            formatter_class=formatter,
+        )
+        module.configure(sub)
+        sub.set_defaults(execute=module.execute)
 
 
 def build_parser() -> Parser:
@@ -79,29 +101,20 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action=_VersionAction)
     top = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    training = top.add_parser(
-        "training",
-        help="manage Training Jobs",
-        description="Manages Training Jobs: start them, follow their logs, inspect them, "
-        "download their output artifacts, stop and delete them.",
-        formatter_class=formatter,
-    )
-    training.set_defaults(help_parser=training)
+    _add_group(
+        top, "training", "manage Training Jobs",
+        "Manages Training Jobs: start them, follow their logs, inspect them, download their "
+        "output artifacts, stop and delete them.",
+        "cli.commands", TRAINING_COMMANDS,
+    )  # fmt: skip
+    _add_group(
+        top, "dataset", "manage Datasets",
+        "Manages Datasets: push a file or directory to the control plane, list them, inspect\n"
+        "their versions. A job gets one with `flexai training run -D NAME`.",
+        "cli.commands.dataset", DATASET_COMMANDS,
+    )  # fmt: skip
     for name, (_, summary) in EXTERNAL_COMMANDS.items():
         top.add_parser(name, help=summary, add_help=False)
-    subcommands = training.add_subparsers(
-        dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser
-    )
-    for name in TRAINING_COMMANDS:
-        module = _command(name)
-        sub = subcommands.add_parser(
-            name,
-            help=_summary(module.__doc__),
-            description=(module.__doc__ or "").strip(),
-            formatter_class=formatter,
-        )
-        module.configure(sub)
-        sub.set_defaults(execute=module.execute)
     return parser
 
 
@@ -131,12 +144,12 @@ def _dispatch(argv: list[str]) -> int:
     if getattr(args, "subcommand", None) is None:
         args.help_parser.print_help()
         return EXIT_USAGE
-    if args.subcommand == "run":
+    if (args.command, args.subcommand) == ("training", "run"):
         args.entry_point = entry_point
     elif entry_point is not None:
         raise UsageError(
-            f"`flexai training {args.subcommand}` takes no arguments after `--`",
-            prog=f"flexai training {args.subcommand}",
+            f"`flexai {args.command} {args.subcommand}` takes no arguments after `--`",
+            prog=f"flexai {args.command} {args.subcommand}",
         )
     execute = cast(Callable[[argparse.Namespace], int], args.execute)
     return execute(args)

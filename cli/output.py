@@ -105,8 +105,12 @@ def render_table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -
     )
 
 
+REASON_WIDTH = 70
+
+
 def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
-    """The ``list`` table, in the order the server gave (newest first)."""
+    """The ``list`` table, in the order the server gave (newest first); a REASON column says
+    why waiting jobs wait, when some do."""
     rows = [
         (
             job.get("name"),
@@ -118,7 +122,17 @@ def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
         )
         for job in jobs
     ]
-    return render_table(JOB_COLUMNS, rows)
+    if not any(job.get("reason") for job in jobs):
+        return render_table(JOB_COLUMNS, rows)
+    reasons = [_shorten(job.get("reason")) for job in jobs]
+    with_reasons = [(*row, reason) for row, reason in zip(rows, reasons, strict=True)]
+    return render_table((*JOB_COLUMNS, "REASON"), with_reasons)
+
+
+def _shorten(text: str | None) -> str | None:
+    if not text or len(text) <= REASON_WIDTH:
+        return text
+    return text[: REASON_WIDTH - 1] + "\u2026"
 
 
 def render_checkpoints_table(checkpoints: Sequence[Mapping[str, Any]]) -> str:
@@ -239,6 +253,9 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         }
         if stop.get("exit_code") is not None:  # the entry point ended as the stop came
             detail["stop"]["exit code"] = stop["exit_code"]
+    waiting = job.get("waiting")
+    if waiting:
+        detail["waiting"] = waiting_detail(waiting)
     logs = job.get("logs_unavailable")
     if logs:
         detail["logs"] = {
@@ -258,10 +275,16 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         "entry point": entry_point,
         "env": dict(spec.get("env") or {}),
         "secrets": dict(spec.get("secrets") or {}),
-        "datasets": list(spec.get("datasets") or []),
+        "datasets": dataset_pins(spec),
         "checkpoint": spec.get("checkpoint"),
+        "time limit": _seconds(spec.get("time_limit_s")),
+        "stop grace": _seconds(spec.get("stop_grace_s")),
     }
-    detail["node"] = job.get("node")
+    placements = job.get("placements") or []
+    if len(placements) > 1:
+        detail["nodes"] = [_placement_line(p) for p in placements]
+    else:
+        detail["node"] = job.get("node")
     detail["accelerators"] = format_cell(job.get("accelerators"))
     detail["timestamps"] = {
         "created": format_timestamp(job.get("created_at")),
@@ -274,9 +297,131 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     return detail
 
 
+def _seconds(value: Any) -> str | None:
+    from cli.durations import human_duration
+
+    return human_duration(value) if isinstance(value, int | float) else None
+
+
+def _placement_line(placement: Mapping[str, Any]) -> str:
+    parts = [f"{placement.get('index')}: {placement.get('node')}"]
+    if placement.get("address"):
+        parts[0] += f" ({placement['address']})"
+    if placement.get("accelerators"):
+        parts.append(f"accelerators {format_cell(placement['accelerators'])}")
+    if placement.get("exit_code") is not None:
+        parts.append(f"exit code {placement['exit_code']}")
+    return ", ".join(parts)
+
+
+def waiting_detail(waiting: Mapping[str, Any]) -> dict[str, Any]:
+    """Why a job waits: what it asked for, each node it waits for, its place in line."""
+    asked = waiting.get("asked") or {}
+    shown: dict[str, Any] = {"reason": waiting.get("reason")}
+    shown["asked for"] = (f"{asked.get('accels')} accelerator(s) on each of "
+                          f"{asked.get('nodes')} node(s)")  # fmt: skip
+    nodes = []
+    for node in waiting.get("nodes") or []:
+        if "free" in node:
+            held = ", ".join(f"{h['job']} {format_cell(h['accelerators'])}"
+                             for h in node.get("held_by") or []) or "nobody"  # fmt: skip
+            line = f"{node['node']}: {node['free']} of {node['accels']} free; held by {held}"
+            if node.get("ahead"):
+                line += f"; ahead in line: {', '.join(node['ahead'])}"
+        else:
+            state = "live" if node.get("alive") else (
+                f"offline, last heard of {format_timestamp(node.get('last_heard'))}")
+            line = f"{node['node']}: {node['accels']} accelerators, {state}"
+        nodes.append(line)
+    shown["nodes"] = nodes
+    if waiting.get("place") is not None:
+        of = f" of {waiting['of']}" if waiting.get("of") else ""
+        shown["place in line"] = f"{waiting['place']}{of}"
+    return shown
+
+
 def render_job(job: Mapping[str, Any]) -> str:
     """The ``inspect`` view of a JobPublic answer."""
     return render_yaml(job_detail(job))
+
+
+# --- datasets ------------------------------------------------------------------------------
+
+DATASET_COLUMNS = ("NAME", "SIZE", "FILES", "HASH", "PUSHED")
+DATASET_VERSION_COLUMNS = ("VERSION", "HASH", "SIZE", "FILES", "PUSHED", "BY")
+SHORT_HASH = 12
+
+
+def short_hash(content_hash: str | None) -> str:
+    return content_hash[:SHORT_HASH] if content_hash else EMPTY
+
+
+def dataset_pins(spec: Mapping[str, Any]) -> list[str]:
+    """A job's datasets, each with the version it was given (``name @ hash``) if pushed."""
+    pins: Mapping[str, str] = spec.get("dataset_hashes") or {}
+    return [f"{name} @ {short_hash(pins[name])}" if pins.get(name) else str(name)
+            for name in spec.get("datasets") or []]  # fmt: skip
+
+
+def render_datasets_table(datasets: Sequence[Mapping[str, Any]]) -> str:
+    """The ``dataset list`` table, by name."""
+    rows = [
+        (
+            dataset.get("name"),
+            format_size(dataset.get("size")),
+            dataset.get("files"),
+            short_hash(dataset.get("content_hash")),
+            format_timestamp(dataset.get("pushed_at")),
+        )
+        for dataset in datasets
+    ]
+    return render_table(DATASET_COLUMNS, rows)
+
+
+def render_dataset(dataset: Mapping[str, Any]) -> str:
+    """The ``dataset inspect`` view: the latest version, then every version."""
+    versions = [
+        (
+            version.get("version"),
+            short_hash(version.get("content_hash")),
+            format_size(version.get("size")),
+            version.get("files"),
+            format_timestamp(version.get("pushed_at")),
+            version.get("pushed_by"),
+        )
+        for version in dataset.get("versions") or []
+    ]
+    size = dataset.get("size")
+    detail = {
+        "name": dataset.get("name"),
+        "version": dataset.get("version"),
+        "content hash": dataset.get("content_hash"),
+        "size": f"{format_size(size)} ({size} bytes)" if size is not None else None,
+        "files": dataset.get("files"),
+        "pushed": format_timestamp(dataset.get("pushed_at")),
+        "pushed by": dataset.get("pushed_by"),
+        "created": format_timestamp(dataset.get("created_at")),
+        "versions": render_table(DATASET_VERSION_COLUMNS, versions).splitlines(),
+    }
+    return render_yaml(detail)
+
+
+def render_pushed_dataset(dataset: Mapping[str, Any], archive_size: int) -> str:
+    """What ``dataset push`` says: the version, its size and files, its full hash."""
+    name, version = dataset.get("name"), dataset.get("version")
+    what = (
+        f"{dataset.get('files')} files, {format_size(dataset.get('size'))} "
+        f"(archive {format_size(archive_size)})"
+    )
+    if dataset.get("changed"):
+        head = f"Pushed dataset {name} version {version}: {what}"
+    else:
+        head = f"Dataset {name} is unchanged: its version {version} holds this content ({what})"
+    return "\n".join([
+        head,
+        f"sha256 {dataset.get('content_hash')}",
+        f"Jobs get it with `flexai training run JOB -D {name} ...` at $FLEXAI_INPUT_DIR/{name}",
+    ])  # fmt: skip
 
 
 # --- JSON ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from uuid import UUID, uuid5
@@ -11,10 +12,14 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import RecordConflictError
 
+from domain.allocation import UnitOfWork
+from domain.datasets import Dataset
 from domain.model import (
     NAMESPACE,
     Actor,
     DomainError,
+    IllegalTransition,
+    JobDeleted,
     JobName,
     Node,
     Status,
@@ -47,8 +52,6 @@ class Outcome:
 
 # The status an agent report leads to; a resend finds the job there already.
 REPORT_STATUS = {
-    "enqueued": Status.ENQUEUED,
-    "started": Status.IN_PROGRESS,
     "build_failed": Status.FAILED,
     "failed": Status.FAILED,
     "stopped": Status.STOPPED,
@@ -60,6 +63,8 @@ class TrainingJobs(Application[UUID]):
     """Training jobs, their names and the nodes that run them."""
 
     name = "flexai"
+    snapshotting_intervals = {Node: 100}  # type: ignore[dict-item]
+    """A node's accelerator ledger grows with every job it runs: load it from a snapshot."""
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -96,11 +101,24 @@ class TrainingJobs(Application[UUID]):
             raise JobNotFound(f"named '{name}'")
         return UUID(str(index.job_id))
 
+    def node(self, node_id: UUID) -> Node:
+        node: Node = self.repository.get(node_id)
+        return node
+
+    def _work(self) -> UnitOfWork:
+        return UnitOfWork(self.job, self.node)
+
     def _command(self, job_id: UUID, command: Callable[[TrainingJob], None]) -> Outcome:
+        """Load, command, let go of what the job no longer holds (starting who waited for
+        it), save: all in one transaction."""
+
         def run() -> Outcome:
-            job = self.job(job_id)
+            work = self._work()
+            job = work.job(job_id)
+            node_ids = [placement["node_id"] for placement in job.placements]
             command(job)
-            return self._save(job_id, job)
+            work.settle(job, node_ids)
+            return self._save(job_id, *work.aggregates())
 
         return self._retrying(run)
 
@@ -156,9 +174,16 @@ class TrainingJobs(Application[UUID]):
     def begin_scheduling(self, job_id: UUID) -> Outcome:
         return self._command(job_id, lambda job: job.begin_scheduling(by=scheduler()))
 
-    def assign(self, job_id: UUID, node_id: str, node_name: str) -> Outcome:
+    def assign(
+        self, job_id: UUID, node_id: str, node_name: str,
+        nodes: list[dict[str, Any]] | None = None,
+    ) -> Outcome:  # fmt: skip
+        """Place the job on its nodes (``nodes``: ``{node_id, node_name, address}`` per node
+        index; by default the one node given)."""
         return self._command(
-            job_id, lambda job: job.assign(node_id=node_id, node_name=node_name, by=scheduler())
+            job_id,
+            lambda job: job.assign(node_id=node_id, node_name=node_name, nodes=nodes,
+                                   by=scheduler()),  # fmt: skip
         )
 
     def reject(self, job_id: UUID, code: str, message: str) -> Outcome:
@@ -166,9 +191,51 @@ class TrainingJobs(Application[UUID]):
             job_id, lambda job: job.reject(code=code, message=message, by=scheduler())
         )
 
+    def node_lost(self, job_id: UUID, node_id: str, message: str) -> Outcome:
+        """The job's node ``node_id`` was lost: a running job fails (``node_lost``), a waiting
+        one looks for other nodes, a build fails, a stop fails; a job that moved on already
+        is left as it is."""
+
+        def command(job: TrainingJob) -> None:
+            if job.placement_index(node_id, None) is None:
+                return
+            if job.status == Status.IN_PROGRESS:
+                job.fail("node_lost", message, by=scheduler())
+            elif job.status == Status.ENQUEUED:
+                job.requeue(f"{message}; the job looks for another node", by=scheduler())
+            elif job.status == Status.BUILDING:
+                job.fail_build("node_lost", f"{message}; submit the job again", job.commit,
+                               by=scheduler())  # fmt: skip
+            elif job.status == Status.STOP_IN_PROGRESS:
+                job.fail_stop(f"{message} before it confirmed the stop; its processes may "
+                              "still run there", by=scheduler())  # fmt: skip
+
+        return self._command(job_id, command)
+
+    def fail_stop(self, job_id: UUID, message: str) -> Outcome:
+        """A stop no node confirmed in time."""
+
+        def command(job: TrainingJob) -> None:
+            if job.status == Status.STOP_IN_PROGRESS:
+                job.fail_stop(message, by=scheduler())
+
+        return self._command(job_id, command)
+
+    def fail_overdue(self, job_id: UUID, message: str) -> Outcome:
+        """A job still running well past its time limit (its node did not end it)."""
+
+        def command(job: TrainingJob) -> None:
+            if job.status == Status.IN_PROGRESS:
+                job.fail("time_limit_exceeded", message, by=scheduler())
+
+        return self._command(job_id, command)
+
     # -- agents ---------------------------------------------------------------------------
 
-    def register_node(self, name: str, accels: int, accel_type: str) -> tuple[str, Outcome]:
+    def register_node(
+        self, name: str, accels: int, accel_type: str, address: str | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+    ) -> tuple[str, Outcome]:  # fmt: skip
         node_id = Node.create_id(name)
 
         def run() -> Outcome:
@@ -176,81 +243,143 @@ class TrainingJobs(Application[UUID]):
             try:
                 node = self.repository.get(node_id)
             except AggregateNotFoundError:
-                node = Node.register(name, accels, accel_type, by=agent(name))
+                node = Node.register(name, accels, accel_type, by=agent(name), address=address,
+                                     gpus=gpus)  # fmt: skip
             else:
-                node.update(accels=accels, accel_type=accel_type, by=agent(name))
+                node.update(accels=accels, accel_type=accel_type, by=agent(name),
+                            address=address, gpus=gpus)  # fmt: skip
             return self._save(node_id, node)
 
         return str(node_id), self._retrying(run)
 
-    def _assigned_job(self, job_id: UUID, node_id: str) -> tuple[TrainingJob, Actor]:
-        """The job an agent reports on, which must be its node's; and the agent as actor."""
-        job = self.job(job_id)
-        if job.node_id != node_id or job.node_name is None:
+    def _assigned_job(
+        self, job: TrainingJob, node_id: str, node_index: int | None = None
+    ) -> tuple[int, Actor]:
+        """The index of the reporting node in ``job`` (which must be placed there), and the
+        agent as actor."""
+        index = job.placement_index(node_id, node_index)
+        if index is None:
             raise WrongNode(
-                f"job '{job.name}' is not assigned to node {node_id}; "
-                "drop it and take the node's current assignments"
+                f"job '{job.name}' is not assigned to node {node_id}"
+                + (f" as node index {node_index}" if node_index is not None else "")
+                + "; drop it and take the node's current assignments"
             )
-        return job, agent(job.node_name)
+        return index, agent(job.placements[index]["node_name"])
 
     def report(self, job_id: UUID, node_id: str, report: dict[str, Any]) -> Outcome:
-        """Apply an agent's report once: a resend of a recorded report changes nothing."""
+        """Apply an agent's report once: a resend of a recorded report changes nothing. A
+        report the job's status refuses is kept for audit (``ReportRefused``), then refused."""
         kind = report["type"]
 
         def run() -> Outcome:
-            job, by = self._assigned_job(job_id, node_id)
-            if kind == "logs_unavailable":
-                noted = job.note_logs_unavailable(
-                    report["message"], report["offset"], report["written"], by=by
-                )
-                return self._save(job_id, job) if noted else Outcome(job_id, None)
-            if _already_recorded(job, kind, report):
+            work = self._work()
+            job = work.job(job_id)
+            index, by = self._assigned_job(job, node_id, report.get("node_index"))
+            node_ids = [placement["node_id"] for placement in job.placements]
+            if not _apply_report(job, kind, report, by, index):
                 return Outcome(job_id, None)
-            _apply_report(job, kind, report, by)
+            if kind == "built":
+                work.try_start(job)
+            work.settle(job, node_ids)
+            return self._save(job_id, *work.aggregates())
+
+        try:
+            return self._retrying(run)
+        except (IllegalTransition, JobDeleted) as refusal:
+            self._keep_refused(job_id, node_id, report, refusal)
+            raise
+
+    def _keep_refused(
+        self, job_id: UUID, node_id: str, report: dict[str, Any], refusal: Exception
+    ) -> None:
+        def run() -> Outcome:
+            job = self.job(job_id)
+            index, by = self._assigned_job(job, node_id, report.get("node_index"))
+            facts = {key: value for key, value in report.items()
+                     if key not in ("type", "node_id", "node_index") and value is not None}
+            if not job.note_refused_report(report["type"], index, str(refusal), facts, by):
+                return Outcome(job_id, None)
             return self._save(job_id, job)
 
-        return self._retrying(run)
+        with suppress(DomainError):  # the refusal itself is what the agent hears about
+            self._retrying(run)
 
     def record_checkpoint(
         self, job_id: UUID, node_id: str, checkpoint: dict[str, Any]
     ) -> Outcome:
         def run() -> Outcome:
-            job, by = self._assigned_job(job_id, node_id)
+            job = self.job(job_id)
+            _, by = self._assigned_job(job, node_id, checkpoint.get("node_index"))
             if not job.record_checkpoint(checkpoint, by=by):
                 return Outcome(job_id, None)
             return self._save(job_id, job)
 
         return self._retrying(run)
 
+    # -- datasets -------------------------------------------------------------------------
 
-def checkpoint_id(job_id: UUID, name: str) -> str:
-    """Checkpoint ids derive from job and name, so a re-upload names the same checkpoint."""
-    return str(uuid5(NAMESPACE, f"checkpoint\x00{job_id}\x00{name}"))
+    def push_dataset(
+        self, owner: str, name: str, content_hash: str, size: int, files: int, by: Actor
+    ) -> int | None:
+        """Record a version of the owner's dataset ``name`` (made on its first push); return
+        its ledger position, or None when the latest version holds that content already."""
+        dataset_id = Dataset.create_id(owner, name)
+
+        def run() -> int | None:
+            dataset: Dataset
+            try:
+                dataset = self.repository.get(dataset_id)
+            except AggregateNotFoundError:
+                dataset = Dataset.create(owner, name, by=by)
+            if not dataset.push(content_hash, size, files, by=by):
+                return None
+            return self._save(dataset_id, dataset).position
+
+        return self._retrying(run)
 
 
-def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any]) -> bool:
-    if kind == "exited":
-        expected = Status.SUCCEEDED if report.get("exit_code") == 0 else Status.FAILED
-        return job.status == expected
-    return REPORT_STATUS.get(kind) == job.status
+def checkpoint_id(job_id: UUID, name: str, node_index: int = 0) -> str:
+    """Checkpoint ids derive from job, name and node, so a re-upload names the same
+    checkpoint, and two nodes of a job writing one name keep two checkpoints."""
+    node = "" if node_index == 0 else f"\x00{node_index}"
+    return str(uuid5(NAMESPACE, f"checkpoint\x00{job_id}\x00{name}{node}"))
 
 
-def _apply_report(job: TrainingJob, kind: str, report: dict[str, Any], by: Actor) -> None:
-    if kind == "enqueued":
-        job.enqueue(commit=report.get("commit"), by=by)
-    elif kind == "started":
-        job.start(commit=report.get("commit"), accelerators=report.get("accelerators", []), by=by)
-    elif kind == "build_failed":
-        job.fail_build(
-            code=report["code"], message=report["message"], commit=report.get("commit"), by=by
+def _apply_report(
+    job: TrainingJob, kind: str, report: dict[str, Any], by: Actor, index: int
+) -> bool:
+    """Apply one report of node ``index``; False when it is a resend that changes nothing."""
+    if kind == "logs_unavailable":
+        return job.note_logs_unavailable(
+            report["message"], report["offset"], report["written"], by=by
         )
+    if kind == "built":
+        return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
+    if _already_recorded(job, kind, report, index):
+        return False
+    if kind == "build_failed":
+        job.fail_build(code=report["code"], message=report["message"],
+                       commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
     elif kind == "exited":
-        job.finish(exit_code=int(report["exit_code"]), by=by)
+        job.finish(exit_code=int(report["exit_code"]), by=by, node_index=index)
     elif kind == "failed":
-        job.fail(code=report["code"], message=report["message"], by=by)
+        job.fail(code=report["code"], message=report["message"], by=by, node_index=index)
     elif kind == "stopped":
-        job.confirm_stopped(by=by, exit_code=report.get("exit_code"))
+        job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index)
     elif kind == "stop_failed":
         job.fail_stop(message=report["message"], by=by)
     else:
         raise DomainError(f"unknown report type '{kind}'")
+    return True
+
+
+def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:
+    """Whether this report of node ``index`` is a resend of one the ledger holds."""
+    placement = job.placements[index] if index < len(job.placements) else {}
+    if kind == "exited":  # a report leading where the job is already changes nothing
+        if report.get("exit_code") == 0:
+            return job.status == Status.SUCCEEDED or placement.get("exit_code") == 0
+        return job.status == Status.FAILED
+    if kind == "stopped":
+        return job.status == Status.STOPPED or bool(placement.get("stopped"))
+    return REPORT_STATUS.get(kind) == job.status

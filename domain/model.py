@@ -181,6 +181,11 @@ class TrainingJob(Aggregate):
         self.failure: dict[str, str] | None = None
         self.checkpoint_ids: set[str] = set()
         self.logs_unavailable_at: set[int] = set()
+        self.placements: list[dict[str, Any]] = []
+        """One per node of the job: ``node_id``, ``node_name``, ``address``, ``built``,
+        ``accelerators``, ``exit_code``, ``stopped``."""
+        self.master_port: int | None = None
+        self.refused: set[str] = set()
         self.deleted = False
 
     # -- guards ---------------------------------------------------------------------------
@@ -203,75 +208,192 @@ class TrainingJob(Aggregate):
             raise IllegalTransition(self.name, self.status, Status.SCHEDULING)
         self._scheduling_started(by=by)
 
-    def assign(self, node_id: str, node_name: str, by: Actor) -> None:
+    @property
+    def nnodes(self) -> int:
+        return int(self.spec.get("nodes", 1))
+
+    @property
+    def all_built(self) -> bool:
+        return bool(self.placements) and all(p["built"] for p in self.placements)
+
+    def placement_index(self, node_id: str, node_index: int | None) -> int | None:
+        """The index of ``node_id`` in the job (``node_index`` when given), or None."""
+        for index, placement in enumerate(self.placements):
+            if placement["node_id"] == node_id and node_index in (None, index):
+                return index
+        return None
+
+    def assign(
+        self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Place the job on its nodes (``nodes``: one ``{node_id, node_name, address}`` per
+        node index; by default the one node given)."""
         self._require(Status.BUILDING)
-        self._node_assigned(node_id=node_id, node_name=node_name, by=by)
+        nodes = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
+        if len(nodes) != self.nnodes or len({n["node_id"] for n in nodes}) != len(nodes):
+            raise InvalidJobSpec(
+                f"job '{self.name}' runs on {self.nnodes} distinct node(s), not {len(nodes)}",
+                "nodes",
+            )
+        for node in nodes:
+            _checked(values.check_node_name, node["node_name"], "node_name")
+            if node.get("address") is not None:
+                _checked(values.check_address, node["address"])
+        placed = [{key: node.get(key) for key in ("node_id", "node_name", "address")}
+                  for node in nodes]  # fmt: skip
+        self._node_assigned(node_id=str(placed[0]["node_id"]),
+                            node_name=str(placed[0]["node_name"]), nodes=placed, by=by)  # fmt: skip
 
     def reject(self, code: str, message: str, by: Actor) -> None:
         self._require(Status.REJECTED)
         _check_failure(code, message)
         self._rejected(code=code, message=message, by=by)
 
-    def enqueue(self, commit: str | None, by: Actor) -> None:
+    def record_built(
+        self, node_index: int, commit: str | None, master_port: int | None, by: Actor
+    ) -> bool:
+        """One node's build succeeded; False when that node's build is already recorded."""
+        self._require_on_node()
+        _checked(values.check_commit, commit)
+        if master_port is not None:
+            _checked(values.check_port, master_port)
+        placement = self._placement(node_index)
+        if placement["built"]:
+            return False
+        if self.status != Status.BUILDING:
+            raise IllegalTransition(self.name, self.status, Status.IN_PROGRESS)
+        self._built(node_index=node_index, commit=commit, master_port=master_port, by=by)
+        return True
+
+    def enqueue(self, commit: str | None, by: Actor, waiting_on: list[str] | None = None) -> None:
+        """Built, but the accelerators are busy (``waiting_on``: the nodes that are busy)."""
         self._require(Status.ENQUEUED)
         _checked(values.check_commit, commit)
-        self._enqueued(commit=commit, by=by)
+        self._enqueued(commit=commit, waiting_on=list(waiting_on or []), by=by)
 
-    def start(self, commit: str | None, accelerators: list[int], by: Actor) -> None:
+    def start(
+        self, commit: str | None, accelerators: list[int], by: Actor,
+        allocations: list[list[int]] | None = None,
+    ) -> None:  # fmt: skip
+        """Every node is built and its accelerators allocated (``allocations``: the indices
+        per node index; by default ``accelerators`` on the one node)."""
         self._require(Status.IN_PROGRESS)
         _checked(values.check_commit, commit)
-        _checked(values.check_accelerators, accelerators)
-        self._started(commit=commit or self.commit, accelerators=list(accelerators), by=by)
+        allocations = allocations if allocations is not None else [list(accelerators)]
+        for indices in allocations:
+            _checked(values.check_accelerators, indices)
+        if self.placements and len(allocations) != len(self.placements):
+            raise InvalidJobSpec("an allocation is needed for every node", "accelerators")
+        if self.placements and not self.all_built:
+            raise DomainError(f"job '{self.name}' cannot start before every node is built")
+        self._started(commit=commit or self.commit, accelerators=list(allocations[0]),
+                      allocations=[list(a) for a in allocations], by=by)  # fmt: skip
 
-    def fail_build(self, code: str, message: str, commit: str | None, by: Actor) -> None:
+    def fail_build(
+        self, code: str, message: str, commit: str | None, by: Actor, node_index: int = 0
+    ) -> None:
         self._require(Status.FAILED)
         if self.status != Status.BUILDING:
             raise IllegalTransition(self.name, self.status, Status.FAILED)
         _check_failure(code, message)
         _checked(values.check_commit, commit)
-        self._build_failed(code=code, message=message, commit=commit, by=by)
+        self._build_failed(code=code, message=self._on_node(message, node_index),
+                           commit=commit, node_index=node_index, by=by)  # fmt: skip
 
     def requeue(self, reason: str, by: Actor) -> None:
         self._require(Status.SCHEDULING)
         if self.status != Status.ENQUEUED:
             raise IllegalTransition(self.name, self.status, Status.SCHEDULING)
+        _checked(values.check_message, reason, "reason")
         self._requeued(reason=reason, by=by)
 
-    def finish(self, exit_code: int, by: Actor) -> None:
+    def finish(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
+        """One node's entry point exited: a non-zero code fails the job at once; the job
+        succeeds once every node exited with 0."""
         _checked(values.check_exit_code, exit_code)
         if exit_code == 0:
             self._require(Status.SUCCEEDED)
-            self._succeeded(exit_code=0, by=by)
+            others = [p for i, p in enumerate(self.placements) if i != node_index]
+            if all(p["exit_code"] == 0 for p in others):
+                self._succeeded(exit_code=0, node_index=node_index, by=by)
+            else:
+                self._node_exited(node_index=node_index, exit_code=0, by=by)
             return
         self._require(Status.FAILED)
         if self.status != Status.IN_PROGRESS:  # building -> failed is a build failure only
             raise IllegalTransition(self.name, self.status, Status.FAILED)
-        message = f"the entry point exited with code {exit_code}"
-        self._failed(code="entry_point_failed", message=message, exit_code=exit_code, by=by)
+        message = self._on_node(f"the entry point exited with code {exit_code}", node_index)
+        self._failed(code="entry_point_failed", message=message, exit_code=exit_code,
+                     node_index=node_index, by=by)  # fmt: skip
 
-    def fail(self, code: str, message: str, by: Actor) -> None:
+    def fail(self, code: str, message: str, by: Actor, node_index: int | None = None) -> None:
         self._require(Status.FAILED)
         if self.status != Status.IN_PROGRESS:
             raise IllegalTransition(self.name, self.status, Status.FAILED)
         _check_failure(code, message)
-        self._failed(code=code, message=message, exit_code=None, by=by)
+        if node_index is not None:
+            message = self._on_node(message, node_index)
+        self._failed(code=code, message=message, exit_code=None, node_index=node_index, by=by)
+
+    def _on_node(self, message: str, node_index: int) -> str:
+        """A multi-node job's failure names the node it happened on."""
+        if self.nnodes <= 1 or not self.placements:
+            return message
+        node = self._placement(node_index)["node_name"]
+        return f"{message} (node {node}, index {node_index})"
+
+    def _placement(self, node_index: int) -> dict[str, Any]:
+        if not 0 <= node_index < len(self.placements):
+            raise InvalidJobSpec(
+                f"job '{self.name}' has no node index {node_index}", "node_index"
+            )
+        return self.placements[node_index]
+
+    def _require_on_node(self) -> None:
+        if self.deleted:
+            raise JobDeleted(self.name)
+        if not self.placements:
+            raise IllegalTransition(self.name, self.status, Status.IN_PROGRESS)
 
     def request_stop(self, by: Actor) -> None:
         self._require(Status.STOP_IN_PROGRESS)
         self._stop_requested(stopping_from=self.status.value, by=by)
 
-    def confirm_stopped(self, by: Actor, exit_code: int | None = None) -> None:
-        """The processes ended; ``exit_code`` is how the entry point ended, when it ran (an
-        exit 0 that raced the stop included)."""
+    def confirm_stopped(
+        self, by: Actor, exit_code: int | None = None, node_index: int | None = None
+    ) -> None:
+        """A node's processes ended (``exit_code``: how its entry point ended, when it ran, an
+        exit 0 that raced the stop included); the job is stopped once every node said so."""
         self._require(Status.STOPPED)
         if exit_code is not None:
             _checked(values.check_exit_code, exit_code)
-        self._stopped(accelerators_released=list(self.accelerators), exit_code=exit_code, by=by)
+        pending = [i for i, p in enumerate(self.placements) if not p.get("stopped")]
+        if node_index is not None and len(pending) > 1 and node_index in pending:
+            self._node_stopped(node_index=node_index, exit_code=exit_code, by=by)
+            return
+        released = [list(p.get("accelerators") or []) for p in self.placements]
+        self._stopped(accelerators_released=list(self.accelerators), exit_code=exit_code,
+                      allocations_released=released, by=by)  # fmt: skip
 
     def fail_stop(self, message: str, by: Actor) -> None:
         self._require(Status.STOP_FAILED)
         _checked(values.check_message, message)
         self._stop_failed(message=message, by=by)
+
+    def note_refused_report(
+        self, kind: str, node_index: int, reason: str, facts: dict[str, Any], by: Actor
+    ) -> bool:
+        """Keep a report the job's status refused, for audit (once per kind and node): a late
+        report never changes a status, but the ledger says it came."""
+        if self.deleted:
+            return False
+        key = f"{kind}/{node_index}"
+        if key in self.refused:
+            return False
+        _checked(values.check_message, reason, "reason")
+        self._report_refused(report=kind, node_index=node_index, reason=reason,
+                             facts=dict(facts), by=by)  # fmt: skip
+        return True
 
     def note_logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> bool:
         """Record that the job's logs could not be stored past ``offset``; once per offset."""
@@ -320,10 +442,25 @@ class TrainingJob(Aggregate):
         self.status = Status.SCHEDULING
 
     @event("NodeAssigned")
-    def _node_assigned(self, node_id: str, node_name: str, by: Actor) -> None:
+    def _node_assigned(
+        self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
+    ) -> None:
         self.node_id = node_id
         self.node_name = node_name
+        placed = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
+        self.placements = [
+            {**node, "built": False, "accelerators": [], "exit_code": None, "stopped": False}
+            for node in placed
+        ]
         self.status = Status.BUILDING
+
+    @event("Built")
+    def _built(self, node_index: int, commit: str | None, master_port: int | None,
+               by: Actor) -> None:  # fmt: skip
+        self.placements[node_index]["built"] = True
+        self.commit = commit or self.commit
+        if master_port is not None:
+            self.master_port = master_port
 
     @event("Rejected")
     def _rejected(self, code: str, message: str, by: Actor) -> None:
@@ -331,18 +468,28 @@ class TrainingJob(Aggregate):
         self.status = Status.REJECTED
 
     @event("Enqueued")
-    def _enqueued(self, commit: str | None, by: Actor) -> None:
-        self.commit = commit
+    def _enqueued(
+        self, commit: str | None, by: Actor, waiting_on: list[str] | None = None
+    ) -> None:
+        self.commit = commit or self.commit
         self.status = Status.ENQUEUED
 
     @event("Started")
-    def _started(self, commit: str | None, accelerators: list[int], by: Actor) -> None:
+    def _started(
+        self, commit: str | None, accelerators: list[int], by: Actor,
+        allocations: list[list[int]] | None = None,
+    ) -> None:  # fmt: skip
         self.commit = commit
         self.accelerators = list(accelerators)
+        for placement, indices in zip(self.placements, allocations or [accelerators],
+                                      strict=False):  # fmt: skip
+            placement["accelerators"] = list(indices)
         self.status = Status.IN_PROGRESS
 
     @event("BuildFailed")
-    def _build_failed(self, code: str, message: str, commit: str | None, by: Actor) -> None:
+    def _build_failed(
+        self, code: str, message: str, commit: str | None, by: Actor, node_index: int = 0
+    ) -> None:
         self.commit = commit
         self.failure = {"code": code, "message": message}
         self.status = Status.FAILED
@@ -351,27 +498,52 @@ class TrainingJob(Aggregate):
     def _requeued(self, reason: str, by: Actor) -> None:
         self.node_id = None
         self.node_name = None
+        self.placements = []
+        self.master_port = None
         self.status = Status.SCHEDULING
 
+    @event("NodeExited")
+    def _node_exited(self, node_index: int, exit_code: int, by: Actor) -> None:
+        self.placements[node_index]["exit_code"] = exit_code
+
     @event("Succeeded")
-    def _succeeded(self, exit_code: int, by: Actor) -> None:
+    def _succeeded(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
+        if self.placements:
+            self.placements[node_index]["exit_code"] = exit_code
         self.status = Status.SUCCEEDED
 
     @event("Failed")
-    def _failed(self, code: str, message: str, exit_code: int | None, by: Actor) -> None:
+    def _failed(
+        self, code: str, message: str, exit_code: int | None, by: Actor,
+        node_index: int | None = None,
+    ) -> None:  # fmt: skip
         self.failure = {"code": code, "message": message}
+        if exit_code is not None and node_index is not None and self.placements:
+            self.placements[node_index]["exit_code"] = exit_code
         self.status = Status.FAILED
 
     @event("StopRequested")
     def _stop_requested(self, stopping_from: str, by: Actor) -> None:
         self.status = Status.STOP_IN_PROGRESS
 
+    @event("NodeStopped")
+    def _node_stopped(self, node_index: int, exit_code: int | None, by: Actor) -> None:
+        self.placements[node_index]["stopped"] = True
+
     @event("Stopped")
     def _stopped(
-        self, accelerators_released: list[int], by: Actor, exit_code: int | None = None
-    ) -> None:
+        self, accelerators_released: list[int], by: Actor, exit_code: int | None = None,
+        allocations_released: list[list[int]] | None = None,
+    ) -> None:  # fmt: skip
         self.accelerators = []
+        for placement in self.placements:
+            placement["stopped"] = True
         self.status = Status.STOPPED
+
+    @event("ReportRefused")
+    def _report_refused(self, report: str, node_index: int, reason: str,
+                        facts: dict[str, Any], by: Actor) -> None:  # fmt: skip
+        self.refused.add(f"{report}/{node_index}")
 
     @event("StopFailed")
     def _stop_failed(self, message: str, by: Actor) -> None:
@@ -423,38 +595,129 @@ class JobName(Aggregate):
 
 
 class Node(Aggregate):
-    """A host that runs jobs; registered by its agent."""
+    """A host that runs jobs, registered by its agent; it holds the ledger of its accelerator
+    indices, so that two jobs never share one: each index is allocated to one job at a time,
+    and jobs waiting for this node's accelerators line up first come, first served."""
 
     @staticmethod
     def create_id(name: str) -> UUID:
         return uuid5(NAMESPACE, f"node\x00{name}")
 
     @classmethod
-    def register(cls, name: str, accels: int, accel_type: str, by: Actor) -> Node:
+    def register(
+        cls, name: str, accels: int, accel_type: str, by: Actor, address: str | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+    ) -> Node:  # fmt: skip
         _checked(values.check_node_name, name)
-        _check_capacity(accels, accel_type)
-        return cls(name=name, accels=accels, accel_type=accel_type, by=by)
+        _check_capacity(accels, accel_type, address)
+        return cls(name=name, accels=accels, accel_type=accel_type, address=address,
+                   gpus=list(gpus or []), by=by)  # fmt: skip
 
     @event("Registered")
-    def __init__(self, name: str, accels: int, accel_type: str, by: Actor) -> None:
+    def __init__(
+        self, name: str, accels: int, accel_type: str, by: Actor, address: str | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.accels = accels
         self.accel_type = accel_type
+        self.address = address
+        self.gpus = list(gpus or [])
+        self.allocations: dict[str, list[int]] = {}
+        """job id -> the indices it holds."""
+        self.queue: dict[str, str] = {}
+        """job id -> its place key (its submission time): who waits for this node's
+        accelerators, oldest first."""
 
-    def update(self, accels: int, accel_type: str, by: Actor) -> None:
-        _check_capacity(accels, accel_type)
-        if (accels, accel_type) != (self.accels, self.accel_type):
-            self._updated(accels=accels, accel_type=accel_type, by=by)
+    def update(
+        self, accels: int, accel_type: str, by: Actor, address: str | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
+        _check_capacity(accels, accel_type, address)
+        gpus = list(gpus or [])
+        if (accels, accel_type, address, gpus) != (
+            self.accels, self.accel_type, self.address, getattr(self, "gpus", [])
+        ):  # fmt: skip
+            self._updated(accels=accels, accel_type=accel_type, address=address, gpus=gpus,
+                          by=by)  # fmt: skip
 
     @event("Updated")
-    def _updated(self, accels: int, accel_type: str, by: Actor) -> None:
+    def _updated(
+        self, accels: int, accel_type: str, by: Actor, address: str | None = None,
+        gpus: list[dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         self.accels = accels
         self.accel_type = accel_type
+        self.address = address
+        self.gpus = list(gpus or [])
+
+    # -- accelerators ----------------------------------------------------------------------
+
+    def free_indices(self) -> list[int]:
+        held = {index for indices in self.allocations.values() for index in indices}
+        return [index for index in range(self.accels) if index not in held]
+
+    def ahead_of(self, job_id: str, place: str) -> list[str]:
+        """The jobs waiting for this node that came before ``job_id``."""
+        earlier = sorted((key, other) for other, key in self.queue.items()
+                         if other != job_id and key < place)  # fmt: skip
+        return [other for _, other in earlier]
+
+    def can_allocate(self, job_id: str, count: int, place: str) -> bool:
+        """Whether ``count`` indices are free and no earlier job waits for them."""
+        if job_id in self.allocations:
+            return True
+        return len(self.free_indices()) >= count and not self.ahead_of(job_id, place)
+
+    def allocate(self, job_id: str, count: int, place: str, by: Actor) -> list[int]:
+        """The lowest free indices for ``job_id`` (its own, if it holds some already)."""
+        if job_id in self.allocations:
+            return list(self.allocations[job_id])
+        if not self.can_allocate(job_id, count, place):
+            raise DomainError(
+                f"node '{self.name}' cannot give {count} accelerator(s) to job {job_id} now"
+            )
+        indices = self.free_indices()[:count]
+        self._allocated(job_id=job_id, indices=indices, by=by)
+        return indices
+
+    def release(self, job_id: str, by: Actor) -> bool:
+        if job_id not in self.allocations:
+            return False
+        self._released(job_id=job_id, by=by)
+        return True
+
+    def enqueue(self, job_id: str, place: str, by: Actor) -> None:
+        if job_id not in self.queue:
+            self._queued(job_id=job_id, place=place, by=by)
+
+    def dequeue(self, job_id: str, by: Actor) -> None:
+        if job_id in self.queue:
+            self._dequeued(job_id=job_id, by=by)
+
+    @event("Allocated")
+    def _allocated(self, job_id: str, indices: list[int], by: Actor) -> None:
+        self.allocations[job_id] = list(indices)
+        self.queue.pop(job_id, None)
+
+    @event("Released")
+    def _released(self, job_id: str, by: Actor) -> None:
+        self.allocations.pop(job_id, None)
+
+    @event("Queued")
+    def _queued(self, job_id: str, place: str, by: Actor) -> None:
+        self.queue[job_id] = place
+
+    @event("Dequeued")
+    def _dequeued(self, job_id: str, by: Actor) -> None:
+        self.queue.pop(job_id, None)
 
 
-def _check_capacity(accels: int, accel_type: str) -> None:
+def _check_capacity(accels: int, accel_type: str, address: str | None = None) -> None:
     _checked(values.check_int, accels, "accels", 0, values.MAX_ACCELS)
     _checked(values.check_text, accel_type, "accel_type", max_length=values.MAX_ACCEL_TYPE)
+    if address is not None:
+        _checked(values.check_address, address)
 
 
 def _check_failure(code: str, message: str) -> None:

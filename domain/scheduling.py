@@ -1,8 +1,16 @@
-"""Which node gets a job: a pure policy over what the scheduler knows of the nodes."""
+"""Which nodes get a job: a pure policy over what the scheduler knows of the fleet.
+
+Jobs are placed oldest first. A job goes to the live nodes big enough for it that will free
+their accelerators soonest (most free now, then fewest asked for by jobs already placed
+there), even when they are busy: it builds there meanwhile and waits ``enqueued`` in the
+node's line, first come, first served (:mod:`domain.allocation`). The accelerator indices are
+handed out by the ledger when the job starts, never here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -11,17 +19,33 @@ class NodeCapacity:
     name: str
     accels: int
     busy_accels: int
+    """Accelerators held by running jobs plus those asked for by jobs placed there."""
     alive: bool
+    address: str | None = None
+    held: int = 0
+    """Of ``busy_accels``, those held by running jobs."""
 
     @property
     def free_accels(self) -> int:
         return max(self.accels - self.busy_accels, 0)
 
+    def taking(self, accels: int) -> NodeCapacity:
+        """This node once a job asking for ``accels`` is placed on it."""
+        return NodeCapacity(self.node_id, self.name, self.accels, self.busy_accels + accels,
+                            self.alive, self.address, self.held)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Assign:
-    node_id: str
-    node_name: str
+    nodes: tuple[NodeCapacity, ...]
+
+    @property
+    def node_id(self) -> str:
+        return self.nodes[0].node_id
+
+    @property
+    def node_name(self) -> str:
+        return self.nodes[0].name
 
 
 @dataclass(frozen=True)
@@ -33,39 +57,43 @@ class Reject:
 @dataclass(frozen=True)
 class Wait:
     reason: str
+    """One line: why the job waits (``flexai training list`` shows it)."""
+    candidates: tuple[NodeCapacity, ...] = field(default=())
+    """The registered nodes big enough for it, live or not (``inspect`` shows them)."""
 
 
 Decision = Assign | Reject | Wait
 
 
-def choose_node(
-    accels: int, nodes: int, candidates: list[NodeCapacity], waited_s: float, patience_s: float
-) -> Decision:
-    """Assign to the live node with the most free accelerators among those big enough.
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
-    A request no registered node could ever meet is rejected at once; a request that only
-    offline nodes (or no nodes yet) could meet waits ``patience_s``, then is rejected.
+
+def choose_node(
+    accels: int,
+    nodes: int,
+    candidates: Sequence[NodeCapacity],
+    waited_s: float,
+    patience_s: float,
+) -> Decision:
+    """Place a job asking for ``accels`` accelerators on each of ``nodes`` nodes.
+
+    A request no set of registered nodes could ever meet is rejected at once; one that only
+    offline nodes (or nodes not registered yet) could meet waits ``patience_s``, then is
+    rejected. Otherwise it is assigned: it never waits for free accelerators here.
     """
-    if nodes != 1:
-        return Reject(
-            "no_node_meets_request",
-            f"multi-node jobs (--nodes {nodes}) are not supported by this control plane yet; "
-            "run with --nodes 1",
-        )
     big_enough = [node for node in candidates if node.accels >= accels]
-    if candidates and not big_enough:
-        largest = max(node.accels for node in candidates)
-        return Reject(
-            "no_node_meets_request",
-            f"no registered node has {accels} accelerators (the largest has {largest}); "
-            f"ask for at most {largest} with --accels",
-        )
+    if candidates and len(big_enough) < nodes:
+        return Reject("no_node_meets_request", _never_fits(accels, nodes, candidates))
     live = [node for node in big_enough if node.alive]
-    if live:
-        best = max(live, key=lambda node: (node.free_accels, node.name))
-        return Assign(best.node_id, best.name)
+    if len(live) >= nodes:
+        ranked = sorted(live, key=lambda node: (-node.free_accels, node.busy_accels, node.name))
+        return Assign(tuple(ranked[:nodes]))
     if waited_s < patience_s:
-        return Wait("no live node can take the job yet")
+        wanted = f"{_plural(nodes, 'live node')} with {_plural(accels, 'accelerator')}"
+        return Wait(f"waits for {wanted}; {len(live)} of the {len(big_enough)} registered "
+                    "are live" if big_enough else f"waits for {wanted}; none is registered",
+                    tuple(big_enough))  # fmt: skip
     if not candidates:
         return Reject(
             "no_node_available",
@@ -74,6 +102,24 @@ def choose_node(
         )
     return Reject(
         "no_node_available",
+        f"only {len(live)} of the {_plural(nodes, 'node')} with {accels} accelerators this job "
+        f"needs were live for {patience_s:.0f} s; restart their agents and submit the job again"
+        if nodes > 1 else
         f"every node with {accels} accelerators has been offline for {patience_s:.0f} s; "
         "restart its agent and submit the job again",
+    )  # fmt: skip
+
+
+def _never_fits(accels: int, nodes: int, candidates: Sequence[NodeCapacity]) -> str:
+    largest = max(node.accels for node in candidates)
+    if nodes == 1:
+        return (
+            f"no registered node has {accels} accelerators (the largest has {largest}); "
+            f"ask for at most {largest} with --accels"
+        )
+    enough = sum(node.accels >= accels for node in candidates)
+    return (
+        f"the job needs {nodes} nodes with {accels} accelerators each, and only {enough} of "
+        f"the {_plural(len(candidates), 'registered node')} have that many; ask for at most "
+        f"{max(enough, 1)} with --nodes, or fewer accelerators with --accels"
     )

@@ -33,6 +33,10 @@ MAX_LABEL = 255
 MAX_ACCEL_TYPE = 128
 MAX_CHECKPOINT_STRING = 256
 MAX_SPEC_BYTES = 128 * 1024
+MAX_TIME_LIMIT_S = 366 * 24 * 3600
+MAX_STOP_GRACE_S = 3600
+MAX_PORT = 65535
+MAX_ADDRESS = 253
 """A job's whole spec as JSON: every agent poll carries it."""
 
 NAME_RULE = "3 to 63 characters of letters, digits, '-' and '_', starting and ending with a letter or digit"  # noqa: E501
@@ -43,6 +47,7 @@ SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SECRET_RULE = "1 to 63 letters, digits, '.', '-' and '_', starting with a letter or digit"
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FAILURE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+ADDRESS = re.compile(r"[A-Za-z0-9:.\-\[\]%_]{1,253}")
 COMMIT = re.compile(r"[0-9a-f]{4,64}")
 
 _SINGLE_LINE_BAD = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -148,6 +153,17 @@ def check_exit_code(code: Any, field: str = "exit_code") -> int:
     return check_int(code, field, 0, MAX_EXIT_CODE)
 
 
+def check_port(port: Any, field: str = "master_port") -> int:
+    return check_int(port, field, 1, MAX_PORT)
+
+
+def check_address(address: Any, field: str = "address") -> str:
+    """A host name or IP address peers use to reach a node."""
+    return check_pattern(
+        address, field, ADDRESS, "a host name or an IPv4/IPv6 address, at most 253 characters"
+    )
+
+
 def check_checkpoint_name(name: Any, field: str = "checkpoint_name") -> str:
     check_text(name, field, max_length=MAX_LABEL)
     if "/" in name or "\\" in name or name in (".", ".."):
@@ -204,9 +220,7 @@ def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
         raise InvalidValue(field, "must be a list of dataset names")
     if len(datasets) > MAX_DATASETS:
         raise InvalidValue(field, f"lists {len(datasets)} datasets; at most {MAX_DATASETS}")
-    rule = "1 to 128 letters, digits, '.', '-' and '_', starting with a letter or digit"
-    return [check_pattern(name, f"{field}[{i}]", DATASET_NAME, rule)
-            for i, name in enumerate(datasets)]  # fmt: skip
+    return [check_dataset_name(name, f"{field}[{i}]") for i, name in enumerate(datasets)]
 
 
 def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]:
@@ -221,7 +235,9 @@ def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]
 
 SPEC_FIELDS = {
     "repository_url", "repository_revision", "requirements_path", "accels", "nodes", "env",
-    "secrets", "datasets", "checkpoint", "entry_point", "input_checkpoint_id",
+    "secrets", "datasets", "dataset_hashes",
+    "checkpoint", "entry_point", "input_checkpoint_id", "time_limit_s",
+    "stop_grace_s",
 }  # fmt: skip
 
 
@@ -240,9 +256,14 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     check_env(spec.get("env") or {})
     check_secrets(spec.get("secrets") or {})
     check_datasets(spec.get("datasets") or [])
+    check_dataset_hashes(spec.get("dataset_hashes") or {}, spec.get("datasets") or [])
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
     check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
     check_entry_point(spec.get("entry_point"))
+    if spec.get("time_limit_s") is not None:
+        check_int(spec["time_limit_s"], "time_limit_s", 1, MAX_TIME_LIMIT_S)
+    if spec.get("stop_grace_s") is not None:
+        check_int(spec["stop_grace_s"], "stop_grace_s", 0, MAX_STOP_GRACE_S)
     size = len(json.dumps(spec, ensure_ascii=False).encode())
     if size > MAX_SPEC_BYTES:
         raise InvalidValue(
@@ -287,3 +308,34 @@ def clean_checkpoint_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
         "version": _label(facts.get("version")),
         "inference_ready": bool(facts.get("inference_ready")),
     }
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+DATASET_RULE = "1 to 128 letters, digits, '.', '-' and '_', starting with a letter or digit"
+CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def check_dataset_name(name: Any, field: str = "name") -> str:
+    return check_pattern(name, field, DATASET_NAME, DATASET_RULE)
+
+
+def check_content_hash(value: Any, field: str = "content_hash") -> str:
+    """A dataset version's SHA-256 (of its archive): 64 lower-case hexadecimal digits."""
+    return check_pattern(value, field, CONTENT_HASH, "64 lower-case hexadecimal digits (SHA-256)")
+
+
+def check_dataset_hashes(
+    hashes: Any, datasets: Any, field: str = "dataset_hashes"
+) -> dict[str, str]:
+    """The dataset versions a job was given: datasets of the job's, each pinned to a hash."""
+    if not isinstance(hashes, Mapping):
+        raise InvalidValue(field, "must be an object of dataset names and content hashes")
+    listed = datasets if isinstance(datasets, list | tuple) else ()
+    asked = {name for name in listed if isinstance(name, str)}
+    for name, content_hash in hashes.items():
+        check_dataset_name(name, f"{field} key")
+        if name not in asked:
+            raise InvalidValue(f"{field}.{name}", "is not one of the job's datasets")
+        check_content_hash(content_hash, f"{field}.{name}")
+    return dict(hashes)

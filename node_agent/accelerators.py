@@ -13,9 +13,12 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from node_agent.processes import pid_running
 
 
 @dataclass(frozen=True)
@@ -107,74 +110,72 @@ def _text(value: str | bytes) -> str:
 
 
 class AcceleratorPool:
-    """Indices ``0..count-1``, each held by at most one job; waiting jobs are served in order."""
+    """Which of this agent's jobs holds which accelerator index.
 
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._holders: dict[int, str] = {}
-        self._queue: list[str] = []
+    The control plane allocates the indices; this pool only checks that an index handed out is
+    not still held here, by a job that runs or by processes of a job that survived SIGKILL
+    (stuck in the kernel, on a hung GPU): a job must never share an accelerator.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        """By job: its indices, and the pids that survived its end (none while it runs)."""
         self._changed = threading.Condition()
 
-    def free(self) -> list[int]:
+    def claim(
+        self,
+        job_id: str,
+        indices: Sequence[int],
+        *,
+        patience: float = 0.0,
+        cancel: threading.Event | None = None,
+    ) -> str | None:
+        """Hold ``indices`` for the job; None when done, else what holds them still.
+
+        A job of this agent that still runs on one of them is waited for ``patience`` seconds
+        (or until ``cancel``): the control plane may allocate an index as soon as it has seen
+        a job end, a little before this node has ended that job's processes.
+        """
+        deadline = time.monotonic() + patience
         with self._changed:
-            return self._free()
+            while (holder := self._holder(job_id, indices)) is not None:
+                running = not self._held[holder][1]
+                left = deadline - time.monotonic()
+                if not running or left <= 0 or (cancel is not None and cancel.is_set()):
+                    return _describe(holder, sorted(set(self._held[holder][0]) & set(indices)),
+                                     self._held[holder][1])  # fmt: skip
+                self._changed.wait(min(left, 0.5))
+            self._held[job_id] = (tuple(indices), ())
+            return None
+
+    def release(self, job_id: str, survivors: Sequence[int] = ()) -> None:
+        """The job's processes ended; those in ``survivors`` did not, and keep its indices."""
+        with self._changed:
+            held = self._held.pop(job_id, None)
+            if held is not None and survivors:
+                self._held[job_id] = (held[0], tuple(survivors))
+            self._changed.notify_all()
+
+    def _holder(self, job_id: str, indices: Sequence[int]) -> str | None:
+        """Another job holding one of ``indices``, if any (call with the lock held)."""
+        for other, (held, survivors) in list(self._held.items()):
+            if survivors and not any(map(pid_running, survivors)):
+                del self._held[other]  # the stuck processes ended at last
+            elif other != job_id and set(held) & set(indices):
+                return other
+        return None
 
     def held_by(self, job_id: str) -> list[int]:
         with self._changed:
-            return sorted(index for index, holder in self._holders.items() if holder == job_id)
+            return sorted(self._held.get(job_id, ((), ()))[0])
 
-    def acquire(
-        self,
-        job_id: str,
-        count: int,
-        *,
-        cancel: threading.Event,
-        on_wait: Callable[[], None] = lambda: None,
-    ) -> list[int] | None:
-        """Allocate ``count`` indices, waiting behind earlier jobs while too few are free.
 
-        ``on_wait`` is called once, outside the pool's lock, if the job has to wait.
-        Returns None if ``cancel`` is set first.
-        """
-        if count > self.count:
-            raise ValueError(f"{count} accelerators asked for, this node has {self.count}")
-        with self._changed:
-            self._queue.append(job_id)
-        told = False
-        try:
-            while True:
-                with self._changed:
-                    if cancel.is_set():
-                        return None
-                    taken = self._take(job_id, count)
-                    if taken is not None:
-                        return taken
-                    if told:
-                        self._changed.wait(0.2)
-                        continue
-                on_wait()
-                told = True
-        finally:
-            with self._changed:
-                if job_id in self._queue:
-                    self._queue.remove(job_id)
-                self._changed.notify_all()
-
-    def release(self, job_id: str) -> None:
-        with self._changed:
-            for index in [i for i, holder in self._holders.items() if holder == job_id]:
-                del self._holders[index]
-            self._changed.notify_all()
-
-    def _take(self, job_id: str, count: int) -> list[int] | None:
-        free = self._free()
-        if self._queue[0] != job_id or len(free) < count:
-            return None
-        taken = free[:count]
-        for index in taken:
-            self._holders[index] = job_id
-        self._queue.remove(job_id)
-        return taken
-
-    def _free(self) -> list[int]:
-        return [index for index in range(self.count) if index not in self._holders]
+def _describe(job_id: str, indices: list[int], survivors: tuple[int, ...]) -> str:
+    which = f"accelerator{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
+    if not survivors:
+        return f"{which} of this node {'are' if len(indices) > 1 else 'is'} held by job {job_id}"
+    pids = ", ".join(map(str, survivors))
+    return (
+        f"{which} of this node {'are' if len(indices) > 1 else 'is'} still held by processes "
+        f"{pids} of job {job_id}, which survived SIGKILL (stuck in the kernel)"
+    )

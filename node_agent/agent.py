@@ -2,9 +2,12 @@
 
 Two periodic tasks run until shutdown, each surviving its own errors: the heartbeat, and the
 long poll of ``GET /v1/agent/nodes/{node_id}/assignments`` (answered as soon as the node's jobs
-change) that starts a supervisor for each new job and passes on the user's stops. Each job
-lives in its own :class:`JobSupervisor` thread, so one job's build, logs or uploads never hold
-up another's.
+change) that starts a supervisor for each new job and passes each answer on to the job's
+supervisor (the control plane's go, the user's stop). Each job lives in its own
+:class:`JobSupervisor` thread, so one job's build, logs or uploads never hold up another's.
+
+An agent that (re)starts first ends the processes its predecessor left of jobs no longer listed
+for the node, then follows again the jobs listed as running here (see ``node_agent/adopt.py``).
 
 When any call answers ``node-taken`` (another agent took this node over while this one was
 silent), the agent ends every job's processes at once, reports nothing, and stops: a job must
@@ -20,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.accelerators import AcceleratorPool, Gpu
+from node_agent.adopt import end_orphans
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, Listing, NodeTaken
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.network import LOOPBACK
-from node_agent.reports import TRY_ONCE, JobReporter
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
@@ -54,11 +57,12 @@ class Agent:
     def __init__(self, client: ControlPlaneClient, settings: AgentSettings) -> None:
         self.client = client
         self.settings = settings
-        self.pool = AcceleratorPool(settings.accels)
+        self.pool = AcceleratorPool()
         self.node_id = ""
         self.supervisors: dict[str, JobSupervisor] = {}
         self._finished: set[str] = set()  # jobs this agent has seen to their end
         self._missing: dict[str, int] = {}  # polls in a row a supervised job was not listed
+        self._swept = False  # processes of jobs no longer listed were ended, at start
         self._shutdown = threading.Event()
         self._etag = ""  # of the last assignments answer: the next poll waits for a change
         self.displaced_by: NodeTaken | None = None
@@ -181,50 +185,40 @@ class Agent:
     def reconcile(self, assignments: list[Assignment]) -> None:
         """Bring this node in line with what the control plane says its jobs are."""
         listed = {assignment.job_id for assignment in assignments}
+        if not self._swept:  # before any job starts: no orphan may share its accelerators
+            end_orphans(self.settings.supervisor.work_dir, listed, ABORT_GRACE)
+            self._swept = True
         for assignment in assignments:
             if assignment.job_id in self._finished:
                 continue
             supervisor = self.supervisors.get(assignment.job_id)
             if supervisor is not None:
-                if assignment.status == STOP_IN_PROGRESS:
-                    supervisor.stop()
+                supervisor.update(assignment)
             elif assignment.status in (BUILDING, ENQUEUED):
                 self._take(assignment)
-            elif assignment.status == STOP_IN_PROGRESS:
-                self._report_orphan(assignment, "stopped")
-            elif assignment.status == IN_PROGRESS:
-                self._report_orphan(assignment, "failed")
+            elif assignment.status in (IN_PROGRESS, STOP_IN_PROGRESS):
+                self._take(assignment, adopting=True)
         self._abort_unlisted(listed)
         self._finished &= listed  # a job no longer listed will not be listed again
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _take(self, assignment: Assignment) -> None:
-        log.info("job %s (%s): taken", assignment.job_id, assignment.name)
+    def _take(self, assignment: Assignment, adopting: bool = False) -> None:
+        """Build and run a job; ``adopting``: a job already running here, that no supervisor
+        follows (this agent restarted), is followed again, or its end reported."""
+        what = "found again" if adopting else "taken"
+        log.info("job %s (%s): %s", assignment.job_id, assignment.name, what)
         supervisor = JobSupervisor(
             assignment,
             client=self.client,
             node_id=self.node_id,
             pool=self.pool,
             settings=self.settings.supervisor,
+            address=self.settings.address,
+            adopting=adopting,
         )
         self.supervisors[assignment.job_id] = supervisor
         supervisor.start()
-
-    def _report_orphan(self, assignment: Assignment, kind: str) -> None:
-        """A job listed for this node that no supervisor here knows: the agent restarted."""
-        reporter = JobReporter(
-            self.client, self.node_id, assignment.job_id, give_up=TRY_ONCE, retry_for=2.0
-        )
-        if kind == "stopped":
-            answer = reporter.stopped()
-        else:
-            answer = reporter.failed(
-                "node_lost", "the node agent restarted while the job ran; its processes are gone"
-            )
-        if answer.accepted or answer.status is not None:
-            log.info("job %s (%s): reported %s", assignment.job_id, assignment.name, kind)
-            self._finished.add(assignment.job_id)
 
     def _reap_finished(self) -> None:
         for job_id, supervisor in list(self.supervisors.items()):
@@ -241,7 +235,9 @@ class Agent:
                 self._missing.pop(job_id, None)
                 continue
             self._missing[job_id] = self._missing.get(job_id, 0) + 1
-            if self._missing[job_id] == _MISSING_POLLS_BEFORE_ABORT:
+            if self._missing[job_id] < _MISSING_POLLS_BEFORE_ABORT:
+                self._etag = ""  # the confirming answer comes at once, not after a long poll
+            elif self._missing[job_id] == _MISSING_POLLS_BEFORE_ABORT:
                 log.warning("job %s: no longer assigned to this node; ending it", job_id)
                 supervisor.abort(shutting_down=False)
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from node_agent.datasets import DatasetCache, DatasetUnavailable, provide_datasets
 from node_agent.envcache import EnvCache, is_cacheable
 from node_agent.environment import CachedEnvironment, EnvironmentFailed, has_requirements
 from node_agent.filelock import LockCancelled
@@ -80,6 +81,7 @@ class JobBuild:
         log: Callable[[str], None],
         cancel: threading.Event | None = None,
         datasets_dir: Path | None = None,
+        dataset_cache: DatasetCache | None = None,
         input_checkpoint_id: str | None = None,
         fetch_checkpoint: FetchCheckpoint | None = None,
         as_user: JobUser | None = None,
@@ -91,6 +93,8 @@ class JobBuild:
         self.log = log
         self.cancel = cancel or threading.Event()
         self.datasets_dir = datasets_dir
+        self.dataset_cache = dataset_cache
+        """Where datasets pushed to the control plane come from; None: --datasets-dir only."""
         self.input_checkpoint_id = input_checkpoint_id
         self.fetch_checkpoint = fetch_checkpoint
         self.as_user = as_user
@@ -132,7 +136,7 @@ class JobBuild:
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
-        code, tail = self._clone(url, default_branch=not revision)
+        code, tail = self._clone(url)
         if code != 0:
             raise BuildFailed(
                 "clone_failed",
@@ -212,10 +216,11 @@ class JobBuild:
             )
 
     def link_datasets(self) -> None:
-        for name in self.spec.datasets:
-            source = self._dataset_dir(name)
-            (self.dirs.input / name).symlink_to(source, target_is_directory=True)
-            self.log(f"dataset {name} mounted from {source}")
+        try:
+            provide_datasets(self.spec, self.dirs.input, log=self.log, cache=self.dataset_cache,
+                             local_dir=self.datasets_dir)  # fmt: skip
+        except DatasetUnavailable as error:
+            raise BuildFailed(error.code, str(error), self.commit) from None
 
     def unpack_input_checkpoint(self) -> None:
         checkpoint_id = self.input_checkpoint_id
@@ -241,20 +246,6 @@ class JobBuild:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _dataset_dir(self, name: str) -> Path:
-        where = self.datasets_dir
-        if where is not None and name not in ("", ".", "..") and "/" not in name:
-            candidate = where / name
-            if candidate.is_dir():
-                return candidate.resolve()
-        place = f"in {where}" if where is not None else "(this node has no datasets directory)"
-        raise BuildFailed(
-            "dataset_not_found",
-            f"dataset '{name}' not found on this node {place}; check --dataset, or start the "
-            "agent with --datasets-dir pointing at a directory that holds it",
-            self.commit,
-        )
-
     def _resolve(self, revision: str) -> str | None:
         if revision.startswith("-"):
             return None
@@ -277,15 +268,12 @@ class JobBuild:
             raise BuildCancelled()
         return lines[0].strip() if code == 0 and lines else None
 
-    def _clone(self, url: str, default_branch: bool) -> tuple[int, str]:
+    def _clone(self, url: str) -> tuple[int, str]:
         """``git clone --no-checkout`` into the job's repo, through the node's mirror if any."""
         if self.caches is None:
             return self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
         try:
-            self.caches.mirrors.clone(
-                url, self.dirs.repo, git=self._git_lines, cancel=self.cancel,
-                default_branch=default_branch,
-            )  # fmt: skip
+            self.caches.mirrors.clone(url, self.dirs.repo, git=self._git_lines, cancel=self.cancel)
         except MirrorFailed as error:
             return 1, str(error)
         except LockCancelled:

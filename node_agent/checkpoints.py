@@ -128,10 +128,12 @@ class CheckpointWatcher:
         stable_for: float = 1.0,
         interval: float = 0.5,
         on_upload: Callable[[str], None] | None = None,
+        node_index: int = 0,
     ) -> None:
         self.client = client
         self.job_id = job_id
         self.node_id = node_id
+        self.node_index = node_index
         self.directory = directory
         self.scratch = scratch
         self.stable_for = stable_for
@@ -198,7 +200,7 @@ class CheckpointWatcher:
         try:
             # weights barely compress: speed wins
             zip_tree(child, archive, trusted=self.directory.parent, compress=False)
-            self.client.upload_checkpoint(self.job_id, name, self.node_id, archive)
+            self.client.upload_checkpoint(self.job_id, name, self.node_id, archive, self.node_index)
         except ApiUnavailable as error:
             log.warning("job %s: checkpoint %s not uploaded yet: %s", self.job_id, name, error)
             if final:

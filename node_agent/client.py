@@ -156,22 +156,22 @@ class ControlPlaneClient:
 
     def report(
         self, job_id: str, report: Mapping[str, Any], *, retry_for: float | None = None
-    ) -> str:
-        """Send one report; return the job's status the control plane answers with."""
-        answer = self._json(
+    ) -> dict[str, Any]:
+        """Send one report; return the control plane's answer (``{"status", ...}``)."""
+        return self._json(
             "POST",
             f"/v1/agent/jobs/{_seg(job_id)}/reports",
             json=dict(report),
             retry_for=retry_for,
         )
-        return str(answer.get("status", ""))
 
-    def append_logs(self, job_id: str, offset: int, data: bytes) -> int:
-        """Append ``data`` at ``offset``; return the size the control plane acknowledges."""
+    def append_logs(self, job_id: str, offset: int, data: bytes, node_index: int = 0) -> int:
+        """Append ``data`` at ``offset`` of node ``node_index``'s log stream; return the size
+        the control plane acknowledges."""
         answer = self._json(
             "POST",
             f"/v1/agent/jobs/{_seg(job_id)}/logs",
-            params={"offset": offset},
+            params={"offset": offset, "node_index": node_index},
             content=data,
             headers={"Content-Type": "application/octet-stream"},
             # a blip only: the log shipper has its own, longer retry loop
@@ -179,11 +179,13 @@ class ControlPlaneClient:
         )
         return int(answer.get("size", offset + len(data)))
 
-    def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
+    def upload_checkpoint(
+        self, job_id: str, name: str, node_id: str, archive: Path, node_index: int = 0
+    ) -> None:
         self._upload(
             f"/v1/agent/jobs/{_seg(job_id)}/checkpoints/{_seg(name)}",
             archive,
-            params={"node_id": node_id},
+            params={"node_id": node_id, "node_index": node_index},
         )
 
     def upload_outputs(

@@ -157,6 +157,8 @@ class EnvCache:
                 point_scripts_at(staging / "venv", final)
                 _take_over(staging / "venv")
                 os.rename(staging / "venv", final)
+                _lock_down(str(final), os.geteuid(), os.getegid())  # after the move: a
+                # directory without write access cannot move to another parent (its "..")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return final, True
@@ -167,13 +169,12 @@ class EnvCache:
         self.root.chmod(0o711 if user is not None and not user.is_agent else 0o755)
 
 def _take_over(venv: Path) -> None:
-    """The built environment becomes the agent's, readable by all and writable by none (the
-    agent is root, or the job user itself: then the modes guard against slips)."""
+    """What the built environment holds becomes the agent's, readable by all and writable by
+    none (the agent is root, or the job user itself: then the modes guard against slips)."""
     uid, gid = os.geteuid(), os.getegid()
     for folder, subfolders, files in os.walk(venv, topdown=False):
         for name in (*files, *subfolders):
             _lock_down(os.path.join(folder, name), uid, gid)
-    _lock_down(str(venv), uid, gid)
 
 
 def _lock_down(path: str, uid: int, gid: int) -> None:

@@ -14,10 +14,14 @@ import hashlib
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from node_agent.filelock import FileLock
+
+_last_look: dict[Path, float] = {}
+"""When this agent last began to compare each mirror with its origin (under its lock)."""
 
 GitRun = Callable[[Sequence[str], Path], tuple[int, list[str]]]
 """Run ``git args`` in a directory; return its exit code and its output lines."""
@@ -36,18 +40,21 @@ class GitMirrors:
     def path(self, url: str) -> Path:
         return self.root / f"{hashlib.sha256(url.encode()).hexdigest()[:32]}.git"
 
-    def clone(
-        self, url: str, repo: Path, *, git: GitRun, cancel: threading.Event, default_branch: bool
-    ) -> None:
-        """Clone ``url`` into ``repo`` (no checkout) through its mirror, fetched first; with
-        ``default_branch``, the mirror's HEAD follows the origin's default branch too."""
+    def clone(self, url: str, repo: Path, *, git: GitRun, cancel: threading.Event) -> None:
+        """Clone ``url`` into ``repo`` (no checkout) through its mirror, brought up to date
+        with the origin first: by this call, or by another one that began to look at the
+        origin after this one was asked (many jobs of one repository at once look once)."""
         mirror = self.path(url)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        asked = time.monotonic()
         with FileLock(self.root / f"{mirror.name}.lock", cancel):
-            if (mirror / "HEAD").is_file():
-                self._update(url, mirror, git=git, default_branch=default_branch)
-            else:
+            looking = time.monotonic()
+            if not (mirror / "HEAD").is_file():
                 self._create(url, mirror, git=git)
+                _last_look[mirror] = looking
+            elif _last_look.get(mirror, -1.0) < asked:
+                self._update(mirror, git=git)
+                _last_look[mirror] = looking
         _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
                     str(mirror), str(repo)], self.root))  # fmt: skip
         if not _set_origin(repo, mirror, url):
@@ -63,7 +70,7 @@ class GitMirrors:
             raise
         os.rename(staging, mirror)
 
-    def _update(self, url: str, mirror: Path, *, git: GitRun, default_branch: bool) -> None:
+    def _update(self, mirror: Path, *, git: GitRun) -> None:
         """Fetch only when the origin's refs differ from the mirror's (most often they do
         not: one ``ls-remote`` then costs less than a fetch); follow its default branch."""
         code, lines = git(["ls-remote", "--symref", "origin"], mirror)
@@ -72,7 +79,7 @@ class GitMirrors:
         if refs != _local_refs(mirror):
             _check(git(["fetch", "--prune", "--quiet", "origin"], mirror))
         current = (mirror / "HEAD").read_text().strip().removeprefix("ref: ")
-        if default_branch and head.startswith("refs/heads/") and head != current:
+        if head.startswith("refs/heads/") and head != current:
             git(["symbolic-ref", "HEAD", head], mirror)  # a fetch leaves HEAD alone
 
 

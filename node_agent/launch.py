@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.credentials import HANDOVER_VARIABLE
-from node_agent.models import JobDirs
+from node_agent.models import MARKER_VARIABLE, JobDirs
 
 # The agent's own settings never leak into a job (the token above all).
 _AGENT_ONLY = (
     "FLEXAI_TOKEN", "FLEXAI_API_URL", "FLEXAI_CONFIG", HANDOVER_VARIABLE, "VIRTUAL_ENV",
-    "PYTHONHOME",
+    "PYTHONHOME", MARKER_VARIABLE,
 )  # fmt: skip
 
 
@@ -71,10 +72,23 @@ def resolve_entry_point(
     return [found, *args]
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where this node's part of a job sits among the job's nodes (torchrun's variables)."""
+
+    node_index: int
+    nnodes: int
+    accels: int
+    """Accelerators per node."""
+    master_addr: str
+    master_port: int
+
+
 def job_environment(
     dirs: JobDirs,
     spec_env: Mapping[str, str],
     accelerators: Sequence[int],
+    placement: Placement,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The entry point's environment: the node's, the user's ``--env``, then the platform's."""
@@ -91,15 +105,36 @@ def job_environment(
             "PYTHONUNBUFFERED": "1",
             "VIRTUAL_ENV": str(dirs.venv),
             "PATH": search_path(dirs.venv, env),
+            **placement_variables(placement),
             **home_of(dirs),
+            **marker_of(dirs),
         }
     )
     return env
 
 
+def placement_variables(placement: Placement) -> dict[str, str]:
+    """torchrun's rendezvous variables, so ``torchrun --nnodes=$NNODES ...`` runs unchanged."""
+    return {
+        "FLEXAI_NODE_INDEX": str(placement.node_index),
+        "NODE_RANK": str(placement.node_index),
+        "NNODES": str(placement.nnodes),
+        "LOCAL_WORLD_SIZE": str(placement.accels),
+        "WORLD_SIZE": str(placement.nnodes * placement.accels),
+        "MASTER_ADDR": placement.master_addr,
+        "MASTER_PORT": str(placement.master_port),
+    }
+
+
 def build_environment(dirs: JobDirs, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of the build steps that run the job's code (venv, pip)."""
-    return {**without_agent_settings(os.environ if base is None else base), **home_of(dirs)}
+    source = os.environ if base is None else base
+    return {**without_agent_settings(source), **home_of(dirs), **marker_of(dirs)}
+
+
+def marker_of(dirs: JobDirs) -> dict[str, str]:
+    """The job's marker: every process that inherits it is the job's."""
+    return {MARKER_VARIABLE: dirs.marker} if dirs.marker else {}
 
 
 def without_agent_settings(source: Mapping[str, str]) -> dict[str, str]:

@@ -1,11 +1,14 @@
-"""Ordered, idempotent shipping of one job's output to the control plane.
+"""Ordered, idempotent shipping of one job's log file to the control plane.
 
-Lines are appended to the job's log file first (so a slow or absent control plane never blocks
-the job nor loses a byte), and a thread ships the file from the last acknowledged offset in
-batches: whenever ``max_batch`` bytes are waiting, else every ``flush_interval`` seconds.
-The server appends the bytes at ``offset`` once, so a resend after a lost answer is harmless;
-when it says the offset is past its end (``log-offset-mismatch``) the shipper resends from
-the offset it expects.
+The job's log file is the source of truth: the entry point appends its output there itself
+(through the shim, so a slow or absent control plane, or an agent that restarted, never blocks
+the job nor loses a byte), the agent appends its own lines with :meth:`LogShipper.write`, and a
+thread ships the file from the last acknowledged offset in batches: whenever ``max_batch``
+bytes are waiting, else every ``flush_interval`` seconds. The server appends the bytes at
+``offset`` once (each node of a job has its own log stream), so a resend after a lost answer is
+harmless, and an agent that restarted resumes from the start of the file: the server's first
+answer says how much it holds. When it says the offset is past its end
+(``log-offset-mismatch``) the shipper resends from the offset it expects.
 
 While the control plane cannot store logs (unreachable, or a 503 such as
 ``storage-unavailable``) the shipper keeps retrying, with a backoff that doubles up to 30 s
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +58,8 @@ class LogShipper:
         max_batch: int = MAX_BATCH,
         unavailable_after: float = UNAVAILABLE_AFTER,
         on_unavailable: ReportUnavailable | None = None,
+        node_index: int = 0,
+        resume: bool = False,
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -62,8 +68,8 @@ class LogShipper:
         self.max_batch = max_batch
         self.unavailable_after = unavailable_after
         self.on_unavailable = on_unavailable
-        self._write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        self._read_fd = os.open(path, os.O_RDONLY)
+        self.node_index = node_index
+        self._write_fd, self._read_fd = _open_log(path, resume)
         self._changed = threading.Condition()
         self._written = 0
         self._acked = 0
@@ -80,7 +86,7 @@ class LogShipper:
     def written(self) -> int:
         """Bytes the job (and the agent's lines) wrote so far."""
         with self._changed:
-            return self._written
+            return self._size()
 
     @property
     def acknowledged(self) -> int:
@@ -103,7 +109,6 @@ class LogShipper:
             view = memoryview(data)
             while view:
                 view = view[os.write(self._write_fd, view) :]
-            self._written += len(data)
             self._changed.notify_all()
 
     def write_line(self, text: str) -> None:
@@ -128,7 +133,7 @@ class LogShipper:
         with self._changed:
             self._given_up = True  # a thread still running after ``timeout`` stops at once
             self._changed.notify_all()
-            complete = self._acked >= self._written
+            complete = self._acked >= self._size()
             if not self._thread.is_alive() and not self._fds_closed:
                 self._fds_closed = True
                 os.close(self._write_fd)
@@ -141,7 +146,7 @@ class LogShipper:
             offset, data = batch
             attempted = time.monotonic()
             try:
-                size = self.client.append_logs(self.job_id, offset, data)
+                size = self.client.append_logs(self.job_id, offset, data, self.node_index)
             except NodeTaken:
                 return  # the agent is going away; it says why
             except ApiError as error:
@@ -174,7 +179,7 @@ class LogShipper:
     def _report_unavailable(self, what: str) -> None:
         """Tell the control plane, once per offset, that the logs stop there for now."""
         with self._changed:
-            offset, written = self._acked, self._written
+            offset, written = self._acked, self._size()
         if self.on_unavailable is None or self._reported_stuck_at == offset:
             return
         message = f"{what}; the full log is kept on the node in {self.path}"
@@ -204,14 +209,15 @@ class LogShipper:
             while True:
                 if self._given_up:
                     return None
-                pending = self._written - self._acked
-                if pending == 0 and self._closing:
+                pending = self._size() - self._acked
+                if pending <= 0 and self._closing:
                     return None
                 due = self._last_send + self.flush_interval - time.monotonic()
-                if pending >= self.max_batch or (pending and (self._closing or due <= 0)):
+                if pending >= self.max_batch or (pending > 0 and (self._closing or due <= 0)):
                     offset, end = self._acked, self._written
                     break
-                self._changed.wait(timeout=due if pending else None)
+                # The job appends to the file by itself: look at its size again soon.
+                self._changed.wait(timeout=due if pending > 0 else self.flush_interval)
         data = os.pread(self._read_fd, min(end - offset, self.max_batch), offset)
         if offset + len(data) < end and (cut := data.rfind(b"\n")) >= 0:
             data = data[: cut + 1]  # whole lines when the batch is full, if it holds one
@@ -230,5 +236,27 @@ class LogShipper:
                 expected,
                 self._acked,
             )
-            self._acked = max(0, min(expected, self._written))
+            self._acked = max(0, min(expected, self._size()))
         return True
+
+    def _size(self) -> int:
+        """The log file's size (call with the lock held); what the shipper last saw of it if
+        it cannot be read any more."""
+        if not self._fds_closed:
+            self._written = max(self._written, os.fstat(self._read_fd).st_size)
+        return self._written
+
+
+def _open_log(path: Path, resume: bool) -> tuple[int, int]:
+    """The log file for appending and for reading: a new one, or the one a job that runs on
+    (an agent restarted) appends to. The job owns the directory: the agent follows no link
+    there, and resumes only a plain file of its own."""
+    if not resume:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW
+        return os.open(path, flags, 0o644), os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    read_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    status = os.fstat(read_fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_uid != os.geteuid() or status.st_nlink != 1:
+        os.close(read_fd)
+        raise OSError(f"{path} is not the agent's own log file any more; not resumed")
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW), read_fd

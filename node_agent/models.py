@@ -6,11 +6,12 @@ classes parse it once, so the rest of the agent never touches raw dictionaries.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 BUILDING = "building"
 ENQUEUED = "enqueued"
@@ -18,6 +19,12 @@ IN_PROGRESS = "in progress"
 STOP_IN_PROGRESS = "stop in progress"
 
 DEFAULT_REQUIREMENTS_PATH = "requirements.txt"
+MARKER_VARIABLE = "FLEXAI_JOB_MARKER"
+"""Reserved: the agent sets it in the environment of every process of a job (a user's value is
+replaced), so the job's processes are found, and ended, even once they have left its process
+group, and by an agent that restarted meanwhile."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,13 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, str] = field(default_factory=dict)
     datasets: tuple[str, ...] = ()
+    dataset_hashes: Mapping[str, str] = field(default_factory=dict)
+    """The version of each pushed dataset the job was submitted with, by content hash."""
+    time_limit_s: int | None = None
+    """The job is ended, and fails, once it has run this long; None: no limit."""
+    stop_grace_s: float | None = None
+    """Seconds between SIGTERM and SIGKILL for this job; None: the agent's ``--stop-grace``."""
+
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
@@ -46,7 +60,26 @@ class JobSpec:
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
             datasets=tuple(str(name) for name in data.get("datasets") or ()),
+            dataset_hashes={
+                str(k): str(v) for k, v in (data.get("dataset_hashes") or {}).items()
+            },
+            time_limit_s=_optional(data.get("time_limit_s"), int),
+            stop_grace_s=_optional(data.get("stop_grace_s"), float),
         )
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node job meet: node 0's address and the port it picked."""
+
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def from_json(cls, data: Any) -> Rendezvous | None:
+        if not isinstance(data, Mapping) or not data.get("master_addr"):
+            return None
+        return cls(str(data["master_addr"]), int(data["master_port"]))
 
 
 @dataclass(frozen=True)
@@ -58,6 +91,13 @@ class Assignment:
     status: str
     spec: JobSpec
     input_checkpoint_id: str | None = None
+    node_index: int = 0
+    """This node's place in the job: 0 for a single-node job."""
+    nnodes: int = 1
+    accelerators: tuple[int, ...] | None = None
+    """The indices the control plane allocated on this node, once the job is in progress."""
+    rendezvous: Rendezvous | None = None
+    """A multi-node job's meeting point, once it is in progress."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Assignment:
@@ -67,6 +107,10 @@ class Assignment:
             status=str(data["status"]),
             spec=JobSpec.from_json(data.get("spec") or {}),
             input_checkpoint_id=data.get("input_checkpoint_id") or None,
+            node_index=int(data.get("node_index") or 0),
+            nnodes=int(data.get("nnodes") or 1),
+            accelerators=indices(data.get("accelerators")),
+            rendezvous=Rendezvous.from_json(data.get("rendezvous")),
         )
 
 
@@ -79,10 +123,13 @@ class JobDirs:
     scratch: Path
     """Zips waiting for upload or unpacking: outside the job's directory, where the job (which
     owns its directory and could plant a link there) never reaches."""
+    marker: str = ""
+    """The value of :data:`MARKER_VARIABLE` for this job's processes on this node."""
 
     @classmethod
-    def for_job(cls, work_dir: Path, job_id: str) -> JobDirs:
-        return cls(work_dir / "jobs" / job_id, work_dir / "scratch" / job_id)
+    def for_job(cls, work_dir: Path, job_id: str, node_index: int = 0) -> JobDirs:
+        marker = f"{marker_prefix(work_dir)}{job_id}:{node_index}"
+        return cls(work_dir / "jobs" / job_id, work_dir / "scratch" / job_id, marker)
 
     @property
     def repo(self) -> Path:
@@ -126,6 +173,16 @@ class JobDirs:
         """Everything the job printed (build and run), the shipper's source of truth."""
         return self.root / "job.log"
 
+    @property
+    def exit_code_file(self) -> Path:
+        """Written by the shim once the entry point has ended: its return code."""
+        return self.root / "exit-code"
+
+    @property
+    def shim_pid_file(self) -> Path:
+        """The pid of the shim that runs the entry point, written by the shim at its start."""
+        return self.root / "shim.pid"
+
     def create_fresh(self) -> None:
         """Start from empty directories (a rebuild after an agent restart included), each the
         agent's alone until the job's directory is handed to the job's user."""
@@ -157,5 +214,31 @@ class JobDirs:
                 child.unlink(missing_ok=True)
 
 
+def marker_prefix(work_dir: Path) -> str:
+    """What the markers of the jobs of the agent using ``work_dir`` start with: another agent
+    on the host (its own work directory) never takes them for its own."""
+    digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
+    return f"{digest}:"
+
+
+def marked_job(marker: str, work_dir: Path) -> str | None:
+    """The id of the job a marker of this agent's names; None for another agent's marker."""
+    prefix = marker_prefix(work_dir)
+    if not marker.startswith(prefix):
+        return None
+    return marker[len(prefix) :].rsplit(":", 1)[0] or None
+
+
+def indices(value: Any) -> tuple[int, ...] | None:
+    """A list of accelerator indices from the wire; None when there is none (not yet)."""
+    if not isinstance(value, list | tuple):
+        return None
+    return tuple(int(index) for index in value)
+
+
 def _default(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+def _optional(value: Any, kind: Callable[[Any], T]) -> T | None:
+    return None if value is None else kind(value)

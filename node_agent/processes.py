@@ -13,13 +13,15 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from node_agent.jobuser import JobUser
+from node_agent.models import MARKER_VARIABLE
 
 _PROC = Path("/proc")
 _MAX_LINE = 64 * 1024
+_MARKER_ENTRY = f"{MARKER_VARIABLE}=".encode()
 
 
 def group_members(pgid: int) -> list[int]:
@@ -32,22 +34,111 @@ def group_members(pgid: int) -> list[int]:
         except PermissionError:
             pass
         return [pgid]
-    members = []
+    return [pid for pid, group in live_processes() if group == pgid]
+
+
+def job_processes(marker: str, pgid: int | None = None) -> list[int]:
+    """The live processes of a job: those of its process group ``pgid``, and those whose
+    environment holds its marker wherever they went (``setsid``, a daemon's double fork).
+
+    Environments are read from ``/proc/<pid>/environ``: an agent running as root reads every
+    process's, any other agent only its own user's (a job run as another user by a non-root
+    agent cannot happen).
+    """
+    return [
+        pid
+        for pid, group in live_processes()
+        if group == pgid or (marker and marker_of(pid) == marker)
+    ]
+
+
+def marked_processes() -> dict[int, str]:
+    """Every live process that holds a job marker, with its marker."""
+    found = {pid: marker_of(pid) for pid, _ in live_processes()}
+    return {pid: marker for pid, marker in found.items() if marker}
+
+
+def live_processes() -> list[tuple[int, int]]:
+    """``(pid, process group)`` of every process not yet dead (zombies are left out)."""
+    found = []
     for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the fields start after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(entry.name))
-    return members
+        stat = _stat(entry.name) if entry.name.isdigit() else None
+        if stat is not None and stat[0] not in ("Z", "X"):
+            found.append((int(entry.name), int(stat[2])))
+    return found
 
 
-def _sleep_until_exit(pid: int, timeout: float) -> bool:
+def is_alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` runs and is the job's (not a new process that got a reused pid)."""
+    return pid_running(pid) and marker_of(pid) == marker
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    stat = _stat(str(pid))
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def marker_of(pid: int) -> str | None:
+    try:
+        environ = (_PROC / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, or another user's while the agent is not root
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_MARKER_ENTRY):
+            return entry[len(_MARKER_ENTRY) :].decode(errors="replace")
+    return None
+
+
+def started_at(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch (its ``/proc`` start time)."""
+    stat = _stat(str(pid))
+    try:
+        boot = next(
+            float(line.split()[1])
+            for line in (_PROC / "stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    if stat is None:
+        return None
+    return boot + int(stat[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def end_processes(
+    find: Callable[[], list[int]], grace: float, kill_wait: float = 10.0
+) -> list[int]:
+    """SIGTERM the processes ``find`` lists, SIGKILL those left after ``grace`` s (and any they
+    fork meanwhile); return those still alive after ``kill_wait`` s more."""
+    signal_pids(find(), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while find() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    deadline = time.monotonic() + kill_wait
+    while (left := find()) and time.monotonic() < deadline:
+        signal_pids(left, signal.SIGKILL)
+        time.sleep(0.05)
+    return find()
+
+
+def signal_pids(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _stat(pid: str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), if it runs."""
+    try:
+        stat = (_PROC / pid / "stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def sleep_until_exit(pid: int, timeout: float) -> bool:
     """Sleep until ``pid`` ends or ``timeout`` passes; False when this cannot be waited for
     (no pidfd on this system)."""
     try:
@@ -117,7 +208,7 @@ class GroupProcess:
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The leader's return code, or None if it is still running after ``timeout``."""
-        if timeout and self._process.returncode is None and _sleep_until_exit(self.pid, timeout):
+        if timeout and self._process.returncode is None and sleep_until_exit(self.pid, timeout):
             timeout = 0  # woken the moment it ended (Popen's own wait polls with sleeps)
         try:
             return self._process.wait(timeout)

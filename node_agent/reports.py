@@ -1,14 +1,19 @@
-"""Reports about one job to the control plane (the Report types of ``docs/design.md``)."""
+"""Reports about one job to the control plane (the Report types of ``docs/design.md``).
+
+Every report names the node and its index in the job. A report the control plane refuses (a
+409: the job is already terminal, say) is final: it is recorded there for audit, and never
+sent again.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.models import Rendezvous, indices
 
 log = logging.getLogger("flexai.agent")
 
@@ -23,11 +28,15 @@ TRY_ONCE.set()
 @dataclass(frozen=True)
 class Answer:
     """``accepted``: the report was recorded; ``status``: the job's status after it (or now);
-    ``unreachable``: the control plane could not be reached, so a later try may succeed."""
+    ``unreachable``: the control plane could not be reached, so a later try may succeed;
+    ``accelerators``: after ``built``, this node's, when the control plane allocated them at
+    once; ``rendezvous``: a multi-node job's meeting point, when the answer gives it."""
 
     accepted: bool
     status: str | None
     unreachable: bool = False
+    accelerators: tuple[int, ...] | None = None
+    rendezvous: Rendezvous | None = None
 
 
 class JobReporter:
@@ -41,18 +50,18 @@ class JobReporter:
         job_id: str,
         give_up: threading.Event | None = None,
         retry_for: float | None = None,
+        node_index: int = 0,
     ) -> None:
         self.client = client
         self.node_id = node_id
         self.job_id = job_id
         self.give_up = give_up or threading.Event()
         self.retry_for = retry_for
+        self.node_index = node_index
 
-    def enqueued(self, commit: str) -> Answer:
-        return self.send("enqueued", commit=commit)
-
-    def started(self, commit: str, accelerators: Sequence[int]) -> Answer:
-        return self.send("started", commit=commit, accelerators=list(accelerators))
+    def built(self, commit: str, master_port: int | None = None) -> Answer:
+        """The build succeeded here; ``master_port``: node 0's rendezvous port (nnodes > 1)."""
+        return self.send("built", commit=commit, master_port=master_port)
 
     def build_failed(self, code: str, message: str, commit: str | None) -> Answer:
         return self.send("build_failed", code=code, message=message, commit=commit)
@@ -79,10 +88,10 @@ class JobReporter:
         )
 
     def send(self, kind: str, **facts: Any) -> Answer:
-        report = {"node_id": self.node_id, "type": kind, **facts}
+        report = {"node_id": self.node_id, "node_index": self.node_index, "type": kind, **facts}
         while True:
             try:
-                status = self.client.report(self.job_id, report, retry_for=self.retry_for)
+                answer = self.client.report(self.job_id, report, retry_for=self.retry_for)
             except ApiUnavailable as error:
                 if self.give_up.is_set():
                     log.warning("job %s: report %s not sent: %s", self.job_id, kind, error)
@@ -96,8 +105,14 @@ class JobReporter:
                 current = error.problem.get("current_status")
                 log.warning("job %s: report %s refused: %s", self.job_id, kind, error)
                 return Answer(False, str(current) if current else None)
+            status = str(answer.get("status") or "")
             log.info("job %s: reported %s -> %s", self.job_id, kind, status or "?")
-            return Answer(True, status or None)
+            return Answer(
+                True,
+                status or None,
+                accelerators=indices(answer.get("accelerators")),
+                rendezvous=Rendezvous.from_json(answer.get("rendezvous")),
+            )
 
 
 def report_text(text: str) -> str:

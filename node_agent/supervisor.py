@@ -1,22 +1,22 @@
-"""One job's life on this node: build, wait for accelerators, run, stop, and the final reports.
+"""One job's life on this node: build, wait for the control plane's go, run, stop, report.
 
-The end of a job follows the contract of ``docs/design.md``: every log line is shipped, the
-remaining checkpoints and the output directory are uploaded, and only then is the terminal
-report (``exited``, ``stopped``, ``stop_failed``) sent, so a terminal status means the logs are
-complete. One exception: when the control plane cannot store logs, the supervisor waits for
-them ``log_drain_timeout`` seconds at most, then reports anyway (the job must not sit
-``in progress`` after its process ended); the job has been told ``logs_unavailable`` by then,
-and its whole log stays in ``job.log`` on the node.
+After the build the node reports ``built``; the control plane starts the job once every node of
+it has built and their accelerators are free, either in its answer or, later, in an assignment
+that lists the job ``in progress`` with this node's accelerators (:meth:`JobSupervisor.update`).
+The entry point runs through the shim (``node_agent/shim.py``), so a supervisor of an agent
+that restarted finds the job again (``adopting``), follows it to its end, or
+says how it ended while the agent was down.
+
+Then :class:`node_agent.ending.JobEnding` ships what the job leaves and reports its end.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shlex
-import signal
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,18 +29,34 @@ from node_agent.build import (
     CheckpointMissing,
     JobBuild,
 )
-from node_agent.checkpoints import CheckpointWatcher, zip_tree
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.checkpoints import CheckpointWatcher
+from node_agent.client import ApiError, ControlPlaneClient
+from node_agent.datasets import DatasetCache
+from node_agent.ending import LOST_WHILE_AWAY, JobEnding
+from node_agent.jobrun import JobRun
 from node_agent.jobuser import JobUser
-from node_agent.launch import job_environment
-from node_agent.logship import LogShipper
-from node_agent.models import STOP_IN_PROGRESS, Assignment, JobDirs
-from node_agent.processes import GroupProcess, exit_code
-from node_agent.reports import TRY_ONCE, Answer, JobReporter
+from node_agent.launch import Placement, job_environment
+from node_agent.models import (
+    BUILDING,
+    ENQUEUED,
+    IN_PROGRESS,
+    STOP_IN_PROGRESS,
+    Assignment,
+    JobDirs,
+    Rendezvous,
+)
+from node_agent.network import LOOPBACK, free_port
+from node_agent.processes import end_processes, job_processes
+from node_agent.reports import JobReporter
+from node_agent.watch import Ended, ended, watch
 
 log = logging.getLogger("flexai.agent")
 
 ABORT_GRACE = 3.0
+CLAIM_PATIENCE = 60.0
+"""How long a job waits for an accelerator still held by a job this agent is ending."""
+_ON_ITS_WAY = (None, BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS)
+"""What the job may be after ``built``; anything else (another node failed it) ends it here."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +64,7 @@ class SupervisorSettings:
     work_dir: Path
     datasets_dir: Path | None = None
     stop_grace: float = 10.0
-    """Seconds between SIGTERM and SIGKILL when a job is stopped."""
-    node_index: int = 0
+    """Seconds between SIGTERM and SIGKILL when a job is stopped (unless its spec says)."""
     keep_job_dirs: bool = False
     log_flush_interval: float = 0.2
     log_drain_timeout: float = 60.0
@@ -64,19 +79,19 @@ class SupervisorSettings:
 
 
 @dataclass(frozen=True)
-class Ended:
-    """How the entry point's processes ended."""
+class Start:
+    """The control plane's go: this node's accelerators, and a multi-node job's rendezvous."""
 
-    exit_code: int | None
-    """The entry point's (``128 + N`` when killed by signal N); None when not known."""
-    survivors: list[int]
-    """The pids of the job still alive after SIGKILL."""
-    stopped: bool = False
-    """Ended by the user's stop rather than by itself."""
+    accelerators: tuple[int, ...]
+    rendezvous: Rendezvous | None
 
 
 class JobSupervisor:
-    """Runs one assignment in a thread of its own; :meth:`stop` is the user's stop."""
+    """Runs one assignment in a thread of its own; :meth:`stop` is the user's stop.
+
+    ``adopting``: the job is ``in progress`` (or ``stop in progress``) already and no build is
+    to be done: an agent that restarted follows what it left running, if anything.
+    """
 
     def __init__(
         self,
@@ -86,6 +101,8 @@ class JobSupervisor:
         node_id: str,
         pool: AcceleratorPool,
         settings: SupervisorSettings,
+        address: str = LOOPBACK,
+        adopting: bool = False,
     ) -> None:
         self.assignment = assignment
         self.job_id = assignment.job_id
@@ -93,31 +110,61 @@ class JobSupervisor:
         self.node_id = node_id
         self.pool = pool
         self.settings = settings
-        self.dirs = JobDirs.for_job(settings.work_dir, assignment.job_id)
+        self.address = address
+        """How the job's other nodes reach this one."""
+        self.adopting = adopting
+        self.dirs = JobDirs.for_job(settings.work_dir, assignment.job_id, assignment.node_index)
+        self._changed = threading.Condition()  # a new assignment, or a stop
         self._stopping = threading.Event()  # the user's stop, or the agent's shutdown
         self._aborting = threading.Event()  # the agent's shutdown: no more reports
-        self.reporter = JobReporter(client, node_id, self.job_id, give_up=self._aborting)
+        self.reporter = JobReporter(
+            client, node_id, self.job_id, give_up=self._aborting, node_index=assignment.node_index
+        )
         self._thread = threading.Thread(target=self._run, name=f"job-{self.job_id}", daemon=True)
-        self._logs: LogShipper | None = None
+        self.ending = JobEnding(
+            client,
+            self.dirs,
+            self.reporter,
+            quiet=self._aborting,
+            flush_interval=settings.log_flush_interval,
+            drain_timeout=settings.log_drain_timeout,
+            unavailable_after=settings.logs_unavailable_after,
+        )
+        self._say = self.ending.say
         self._keep_dirs = settings.keep_job_dirs
+        self._master_port: int | None = None  # node 0 of a multi-node job: the port it chose
+        self._started = False
+        self._survivors: list[int] = []
+        if assignment.status == STOP_IN_PROGRESS:
+            self._stopping.set()
 
     def start(self) -> None:
         self._thread.start()
+
+    def update(self, assignment: Assignment) -> None:
+        """The control plane's latest word on the job (each poll of the agent brings it)."""
+        with self._changed:
+            self.assignment = assignment
+            self._changed.notify_all()
+        if assignment.status == STOP_IN_PROGRESS:
+            self.stop()
 
     def stop(self) -> None:
         """The user asked to stop: end the processes, then report ``stopped``."""
         if not self._stopping.is_set():
             log.info("job %s: stopping", self.job_id)
         self._stopping.set()
+        with self._changed:
+            self._changed.notify_all()
 
     def abort(self, shutting_down: bool = True) -> None:
         """End the processes quickly and report nothing: the agent is shutting down (its
         work directory is kept for a quick exit), or the job is no longer this node's."""
         self._keep_dirs = self._keep_dirs or shutting_down
         self._aborting.set()
-        self._stopping.set()
-        if self._logs is not None:
-            self._logs.abandon()
+        self.stop()
+        if self.ending.logs is not None:
+            self.ending.logs.abandon()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -128,31 +175,58 @@ class JobSupervisor:
     # -- the life of the job -----------------------------------------------------------
 
     def _run(self) -> None:
-        started = False
         try:
-            self.dirs.create_fresh()
-            self._logs = LogShipper(
-                self.client,
-                self.job_id,
-                self.dirs.log_file,
-                flush_interval=self.settings.log_flush_interval,
-                unavailable_after=self.settings.logs_unavailable_after,
-                on_unavailable=self._report_logs_unavailable,
-            )
-            built = self._build()
-            accelerators = self._allocate(built) if built else None
-            if built and accelerators is not None:
-                started = True
-                self._run_entry_point(built, accelerators)
+            if self.adopting:
+                self._follow_again()
+            else:
+                self._build_and_run()
         except Exception as error:  # one job's failure must never take the agent down
             log.exception("job %s: the agent failed", self.job_id)
-            self._report_crash(error, started)
+            message = f"the node agent failed while running the job: {error}"
+            self.ending.failed("node_lost", message, started=self._started)
         finally:
-            self.pool.release(self.job_id)
-            if self._logs is not None:
-                self._logs.close(timeout=0 if self._aborting.is_set() else 30)
+            self.pool.release(self.job_id, self._survivors)
+            if self.ending.logs is not None:
+                self.ending.logs.close(timeout=0 if self._aborting.is_set() else 30)
             if not self._keep_dirs:
                 self.dirs.remove_all_but_log()
+
+    def _build_and_run(self) -> None:
+        self._end_earlier_processes()
+        self.dirs.create_fresh()
+        self.ending.open_logs(resume=False)
+        built = self._build()
+        start = self._report_built(built) if built else None
+        if built and start and self._claim(start.accelerators):
+            self._started = True
+            self._run_entry_point(built, start)
+
+    def _follow_again(self) -> None:
+        """After the agent restarted: follow the job's processes, or say how they ended."""
+        try:
+            self.ending.open_logs(resume=True)
+        except OSError as error:
+            log.error("job %s: its log cannot be shipped any more: %s", self.job_id, error)
+        run = JobRun.find(self.dirs)
+        if run is None:
+            self._finish(self._ended_while_away(), None)
+            return
+        log.info("job %s (%s): found running, followed again", self.job_id, self.assignment.name)
+        self._say("[agent] the node agent restarted and found the job running; it follows it")
+        self._started = True
+        if holder := self.pool.claim(self.job_id, self.assignment.accelerators or ()):
+            log.error("job %s: %s", self.job_id, holder)
+        self._follow(run)
+
+    def _end_earlier_processes(self) -> None:
+        """Processes of an earlier build of this job, left by an agent that restarted."""
+        if earlier := job_processes(self.dirs.marker):
+            log.warning(
+                "job %s: ending processes %s of an earlier build of it",
+                self.job_id,
+                ", ".join(map(str, earlier)),
+            )
+            end_processes(lambda: job_processes(self.dirs.marker), ABORT_GRACE)
 
     def _build(self) -> BuiltJob | None:
         name, spec = self.assignment.name, self.assignment.spec
@@ -163,6 +237,7 @@ class JobSupervisor:
             log=lambda line: self._say(f"[build] {line}"),
             cancel=self._stopping,
             datasets_dir=self.settings.datasets_dir,
+            dataset_cache=DatasetCache.for_job(self.client, self.job_id, self.settings.work_dir),
             input_checkpoint_id=self.assignment.input_checkpoint_id,
             fetch_checkpoint=self._fetch_checkpoint,
             as_user=self.settings.job_user,
@@ -174,208 +249,170 @@ class JobSupervisor:
                 raise BuildCancelled()
             return build.run()
         except BuildCancelled:
-            self._finish_stopped()
+            self.ending.stopped_before_running()
         except BuildFailed as failure:
             log.info("job %s: build failed (%s): %s", self.job_id, failure.code, failure.message)
             self._say(f"[build] failed: {failure.message}")
-            self._ship_logs()
+            self.ending.ship_logs()
             answer = self.reporter.build_failed(failure.code, failure.message, failure.commit)
-            self._stopped_if_refused(answer)
+            self.ending.stopped_if_refused(answer)
         return None
 
-    def _allocate(self, built: BuiltJob) -> list[int] | None:
-        wanted = self.assignment.spec.accels
-        if wanted > self.pool.count:
-            message = f"the job asks for {wanted} accelerators; this node has {self.pool.count}"
-            self._say(f"[agent] {message}")
-            self._ship_logs()
-            self._stopped_if_refused(
-                self.reporter.build_failed("no_node_meets_request", message, built.commit)
-            )
-            return None
+    # -- the control plane's go --------------------------------------------------------
 
-        def report_enqueued() -> None:
-            log.info("job %s: waiting for %d accelerators", self.job_id, wanted)
-            self._say(f"[agent] waiting for {wanted} accelerators to be free")
-            if self.reporter.enqueued(built.commit).status == STOP_IN_PROGRESS:
-                self._stopping.set()
-
-        taken = self.pool.acquire(
-            self.job_id, wanted, cancel=self._stopping, on_wait=report_enqueued
-        )
-        if taken is None:
-            self._finish_stopped()
+    def _report_built(self, built: BuiltJob) -> Start | None:
+        """Report ``built``; the go, at once or once an assignment gives it; None: stopped."""
+        if self.assignment.nnodes > 1 and self.assignment.node_index == 0:
+            self._master_port = free_port(self.address)
+        answer = self.reporter.built(built.commit, self._master_port)
+        if answer.status == STOP_IN_PROGRESS:
+            self._stopping.set()
+        if not answer.accepted or answer.status not in _ON_ITS_WAY:
+            if self._stopping.is_set():
+                self.ending.stopped_before_running()
+            elif not answer.unreachable:
+                log.warning("job %s: not started, the job is %s", self.job_id, answer.status)
             return None
-        answer = self.reporter.started(built.commit, taken)
-        if answer.accepted:
-            return taken
-        self.pool.release(self.job_id)
-        if answer.status == STOP_IN_PROGRESS or self._stopping.is_set():
-            self._finish_stopped()
+        with self._changed:
+            start = self._start_from(answer.status, answer.accelerators, answer.rendezvous)
+        return start or self._wait_for_start(answer.status)
+
+    def _wait_for_start(self, status: str | None) -> Start | None:
+        if status == BUILDING:
+            waiting_for = "the job's other nodes to build"
         else:
-            log.warning("job %s: not started, the job is %s", self.job_id, answer.status)
+            count = self.assignment.spec.accels
+            waiting_for = f"{count} accelerator{'s' if count != 1 else ''} to be free"
+        log.info("job %s: built, waiting for %s", self.job_id, waiting_for)
+        self._say(f"[agent] built; waiting for {waiting_for}")
+        with self._changed:
+            while not self._stopping.is_set():
+                latest = self.assignment
+                start = self._start_from(latest.status, latest.accelerators, latest.rendezvous)
+                if start is not None:
+                    return start
+                self._changed.wait(1.0)
+        self.ending.stopped_before_running()
         return None
 
-    def _run_entry_point(self, built: BuiltJob, accelerators: list[int]) -> None:
-        indices = ",".join(map(str, accelerators)) or "none"
+    def _start_from(
+        self,
+        status: str | None,
+        accelerators: tuple[int, ...] | None,
+        rendezvous: Rendezvous | None,
+    ) -> Start | None:
+        """The go, if the control plane gave it (call with ``_changed`` held)."""
+        if status != IN_PROGRESS or accelerators is None:
+            return None
+        if self.assignment.nnodes <= 1:
+            return Start(accelerators, None)
+        rendezvous = rendezvous or self.assignment.rendezvous
+        if rendezvous is None and self._master_port is not None:  # node 0 knows its own
+            rendezvous = Rendezvous(self.address, self._master_port)
+        return Start(accelerators, rendezvous) if rendezvous is not None else None
+
+    def _claim(self, accelerators: Sequence[int]) -> bool:
+        """Hold the accelerators the control plane allocated, unless something here still
+        holds one of them (processes that would not die): then the job fails, not started."""
+        holder = self.pool.claim(
+            self.job_id, accelerators, patience=CLAIM_PATIENCE, cancel=self._stopping
+        )
+        if holder is None:
+            return True
+        if self._stopping.is_set():
+            self.ending.stopped_before_running()
+            return False
+        message = f"{holder}; the job was not started on this node"
+        log.error("job %s: %s", self.job_id, message)
+        self.ending.failed("node_lost", message, started=True)
+        return False
+
+    # -- the entry point ---------------------------------------------------------------
+
+    def _run_entry_point(self, built: BuiltJob, start: Start) -> None:
+        assignment, spec = self.assignment, self.assignment.spec
+        rendezvous = start.rendezvous or Rendezvous(LOOPBACK, free_port())
+        placement = Placement(assignment.node_index, assignment.nnodes, spec.accels,
+                              rendezvous.master_addr, rendezvous.master_port)  # fmt: skip
+        env = job_environment(self.dirs, spec.env, start.accelerators, placement)
+        indices = ",".join(map(str, start.accelerators)) or "none"
         log.info("job %s: started on accelerators %s", self.job_id, indices)
         self._say(f"[agent] running {shlex.join(built.argv)} on accelerators {indices}")
-        env = job_environment(self.dirs, self.assignment.spec.env, accelerators)
-        watcher = CheckpointWatcher(
+        try:
+            run = JobRun.launch(
+                built.argv,
+                dirs=self.dirs,
+                env=env,
+                python=self.settings.job_python,
+                as_user=self.settings.job_user,
+                work_dir=self.settings.work_dir,
+            )
+        except OSError as error:
+            self._say(f"[agent] cannot start the entry point: {error}")
+            stopped = self._stopping.is_set()
+            self._finish(Ended(None if stopped else 126, [], stopped=stopped), None)
+            return
+        self._follow(run)
+
+    def _follow(self, run: JobRun) -> None:
+        watcher = self._checkpoint_watcher()
+        watcher.start()
+        try:
+            outcome = watch(
+                run,
+                stopping=self._stopping,
+                grace=self._grace,
+                time_limit_s=self.assignment.spec.time_limit_s,
+                say=self._say,
+            )
+        except BaseException:
+            run.end(ABORT_GRACE)  # whatever went wrong here, no process outlives the job
+            raise
+        finally:
+            watcher.stop_watching()
+        self._finish(outcome, watcher)
+
+    def _ended_while_away(self) -> Ended:
+        """How the job ended while the agent was down, as its shim wrote it, if it did."""
+        stopped = self._stopping.is_set()
+        gone = JobRun(self.dirs, shim_pid=None, started=0.0)
+        if gone.returncode() is None:
+            log.warning("job %s: %s", self.job_id, LOST_WHILE_AWAY)
+            self._say(f"[agent] {LOST_WHILE_AWAY}")
+            return Ended(None, [], stopped=stopped, lost=LOST_WHILE_AWAY)
+        self._say("[agent] the job ended while the node agent was down")
+        return ended(gone, [], self._say, stopped=stopped)
+
+    def _grace(self) -> float:
+        if self._aborting.is_set():
+            return ABORT_GRACE
+        job_grace = self.assignment.spec.stop_grace_s
+        return self.settings.stop_grace if job_grace is None else job_grace
+
+    # -- the end -------------------------------------------------------------------------
+
+    def _finish(self, outcome: Ended, watcher: CheckpointWatcher | None) -> None:
+        self._survivors = outcome.survivors
+        self.pool.release(self.job_id, outcome.survivors)
+        if self._aborting.is_set():
+            # The agent ended it, not the job: a restarted agent must not report its code.
+            self.dirs.exit_code_file.unlink(missing_ok=True)
+            return
+        checkpoints = watcher or self._checkpoint_watcher()
+        self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _checkpoint_watcher(self) -> CheckpointWatcher:
+        return CheckpointWatcher(
             self.client,
             self.job_id,
             self.node_id,
             self.dirs.output_checkpoint,
             self.dirs.scratch,
             stable_for=self.settings.checkpoint_stable_for,
+            node_index=self.assignment.node_index,
         )
-        watcher.start()
-        try:
-            ended = self._run_process(built.argv, env)
-        finally:
-            watcher.stop_watching()
-        self.pool.release(self.job_id)
-        if self._aborting.is_set():
-            return
-        if ended.stopped:
-            self._say(f"[agent] {_stop_outcome(ended.survivors)}")
-        self._ship_logs()
-        watcher.finish()
-        self._upload_outputs()
-        if ended.stopped:
-            self._report_stop(ended)
-            return
-        assert ended.exit_code is not None
-        log.info("job %s: exited with code %d", self.job_id, ended.exit_code)
-        self._stopped_if_refused(self.reporter.exited(ended.exit_code), ended.exit_code)
-
-    def _run_process(self, argv: tuple[str, ...], env: dict[str, str]) -> Ended:
-        """Run the entry point until it ends by itself or is stopped."""
-        assert self._logs is not None
-        try:
-            process = GroupProcess(
-                argv,
-                cwd=self.dirs.repo,
-                env=env,
-                on_output=self._logs.write,
-                as_user=self.settings.job_user,
-            )
-        except OSError as error:
-            self._say(f"[agent] cannot start the entry point: {error}")
-            return Ended(None, [], stopped=True) if self._stopping.is_set() else Ended(126, [])
-        try:
-            while (returncode := process.wait(0.2)) is None and not self._stopping.is_set():
-                pass
-        except BaseException:
-            process.end(ABORT_GRACE)  # whatever went wrong here, no process outlives the job
-            raise
-        stopped = returncode is None
-        if stopped:
-            grace = ABORT_GRACE if self._aborting.is_set() else self.settings.stop_grace
-            self._say(
-                f"[agent] stopping: SIGTERM to the job's processes, SIGKILL after {grace:g} s"
-            )
-            survivors = process.end(grace)
-        else:  # processes the entry point left behind go with it
-            survivors = process.end(self.settings.stop_grace)
-        process.finish_output()
-        # A stopped entry point may have ended by itself just before the signal: its code,
-        # whatever ended it, goes with the ``stopped`` report.
-        returncode = process.wait(0) if returncode is None else returncode
-        if returncode is None:  # the leader survived SIGKILL (stuck in the kernel)
-            return Ended(None, survivors, stopped)
-        code = exit_code(returncode)
-        if returncode < 0:
-            name = signal.Signals(-returncode).name
-            self._say(f"[agent] the entry point was killed by {name} (exit code {code})")
-        else:
-            self._say(f"[agent] the entry point exited with code {code}")
-        return Ended(code, survivors, stopped)
-
-    # -- the end -------------------------------------------------------------------------
-
-    def _finish_stopped(self) -> None:
-        """Stopped before the entry point ran: there is no exit code."""
-        if self._aborting.is_set():
-            return
-        self._say("[agent] stopped")
-        self._ship_logs()
-        self.reporter.stopped()
-
-    def _report_stop(self, ended: Ended) -> None:
-        if not ended.survivors:
-            self.reporter.stopped(ended.exit_code)
-            return
-        log.error("job %s: %s", self.job_id, _stop_outcome(ended.survivors))
-        self.reporter.stop_failed(_stop_outcome(ended.survivors))
-
-    def _stopped_if_refused(self, answer: Answer, exit_code: int | None = None) -> None:
-        """A report refused because the user stopped the job meanwhile becomes ``stopped``
-        (with the exit code of an entry point that ended by itself as the stop came)."""
-        if not answer.accepted and answer.status == STOP_IN_PROGRESS:
-            self.reporter.stopped(exit_code)
-
-    def _report_crash(self, error: Exception, started: bool) -> None:
-        if self._aborting.is_set():
-            return
-        message = f"the node agent failed while running the job: {error}"
-        self._say(f"[agent] {message}")
-        self._ship_logs()
-        if started:
-            self._stopped_if_refused(self.reporter.failed("node_lost", message))
-        else:
-            self._stopped_if_refused(self.reporter.build_failed("node_lost", message, None))
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def _say(self, line: str) -> None:
-        if self._logs is not None:
-            self._logs.write_line(line)
-
-    def _ship_logs(self) -> None:
-        """Wait for the logs (at most ``log_drain_timeout`` s), then stop shipping them."""
-        logs = self._logs
-        if logs is not None and not logs.close(timeout=self.settings.log_drain_timeout):
-            missing = logs.written - logs.acknowledged
-            log.error(
-                "job %s: %d bytes of its log were not shipped; the full log stays in %s",
-                self.job_id,
-                missing,
-                self.dirs.log_file,
-            )
-            if logs.reported_unavailable_at == logs.acknowledged:
-                return  # already said in the ledger
-            self._report_logs_unavailable(  # said in the ledger before the end is reported
-                f"the last {missing} bytes of the log could not be shipped within "
-                f"{self.settings.log_drain_timeout:g} s; the full log stays on this node in "
-                f"{self.dirs.log_file}",
-                logs.acknowledged,
-                logs.written,
-            )
-
-    def _report_logs_unavailable(self, message: str, offset: int, written: int) -> bool:
-        if self._aborting.is_set():
-            return True
-        log.warning("job %s: %s", self.job_id, message)
-        reporter = JobReporter(
-            self.client, self.node_id, self.job_id, give_up=TRY_ONCE, retry_for=2.0
-        )
-        answer = reporter.logs_unavailable(message, offset, written)
-        return not answer.unreachable
-
-    def _upload_outputs(self) -> None:
-        if _is_empty(self.dirs.output):
-            return  # nothing to send: the control plane serves an ended job's as an empty zip
-        archive = self.dirs.scratch / "output.zip"
-        try:
-            zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
-            # Bounded like the logs: the job's end must be reported even if storage is down.
-            self.client.upload_outputs(self.job_id, self.settings.node_index, archive,
-                                       retry_for=self.settings.log_drain_timeout)  # fmt: skip
-        except (ApiError, ApiUnavailable, OSError) as error:
-            log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)
-        finally:
-            archive.unlink(missing_ok=True)
 
     def _fetch_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
         try:
@@ -383,20 +420,3 @@ class JobSupervisor:
         except ApiError as error:
             raise CheckpointMissing(str(error)) from None
 
-
-def _is_empty(directory: Path) -> bool:
-    try:
-        with os.scandir(directory) as entries:
-            return next(entries, None) is None
-    except OSError:
-        return False
-
-
-def _stop_outcome(survivors: list[int]) -> str:
-    if not survivors:
-        return "stopped"
-    return (
-        f"processes {', '.join(map(str, survivors))} of the job are still alive after SIGKILL "
-        "(stuck in the kernel, e.g. on a hung GPU or file system); the node's operator must "
-        "end them"
-    )

@@ -24,7 +24,7 @@ from typing import Any
 from eventsourcing.application import Application
 
 from projections.db import Cursor, Database, is_unavailable
-from projections.views import apply_event, create_tables
+from projections.views import VIEW_TABLES, VIEWS_VERSION, apply_event, create_tables
 
 log = logging.getLogger(__name__)
 BATCH = 200
@@ -86,12 +86,47 @@ class Projector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         with database.transaction(write=True) as cursor:
+            self._rebuild_if_reshaped(cursor)
             create_tables(cursor)
             cursor.execute(
                 "INSERT INTO projection_tracking (name, position) VALUES (?, 0) "
                 "ON CONFLICT (name) DO NOTHING",
                 (name,),
             )
+
+    def _rebuild_if_reshaped(self, cursor: Cursor) -> None:
+        """Views written by an older shape are dropped, to be rebuilt from the first event."""
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS view_schema ("
+            "name TEXT PRIMARY KEY, version BIGINT NOT NULL)"
+        )
+        cursor.execute("SELECT version FROM view_schema WHERE name = ?", (self.name,))
+        row = cursor.fetchone()
+        if row is not None and int(row["version"]) == VIEWS_VERSION:
+            return
+        if row is not None or self._has_tracking(cursor):
+            log.warning("views: their shape changed (version %s); rebuilding them from the "
+                        "ledger", VIEWS_VERSION)  # fmt: skip
+        for table in VIEW_TABLES:
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS projection_tracking ("
+            "name TEXT PRIMARY KEY, position BIGINT NOT NULL)"
+        )
+        cursor.execute("DELETE FROM projection_tracking WHERE name = ?", (self.name,))
+        cursor.execute(
+            "INSERT INTO view_schema (name, version) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
+            (self.name, VIEWS_VERSION),
+        )
+
+    def _has_tracking(self, cursor: Cursor) -> bool:
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS projection_tracking ("
+            "name TEXT PRIMARY KEY, position BIGINT NOT NULL)"
+        )
+        cursor.execute("SELECT position FROM projection_tracking WHERE name = ?", (self.name,))
+        return cursor.fetchone() is not None
 
     def position(self) -> int:
         with self.database.transaction() as cursor:

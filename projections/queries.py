@@ -9,6 +9,7 @@ from typing import Any
 from domain.model import ON_A_NODE, Status
 from projections.db import Database, Row
 
+DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_at, pushed_by"
 SUMMARY_COLUMNS = (
     "id, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
 )
@@ -65,26 +66,69 @@ class Queries:
         )
 
     def assignments(self, node_id: str) -> list[dict[str, Any]]:
+        """The node's jobs on it (building to stopping), each with ``node_index``: its place
+        among the job's nodes."""
         marks = ", ".join("?" * len(ON_A_NODE))
         rows = self._all(
-            f"SELECT d.document FROM job_list l JOIN job_details d ON d.id = l.id "
-            f"WHERE l.node_id = ? AND l.status IN ({marks}) ORDER BY l.created_at",
+            f"SELECT d.document, n.node_index FROM job_nodes n JOIN job_details d "
+            f"ON d.id = n.job_id WHERE n.node_id = ? AND n.status IN ({marks}) "
+            "ORDER BY n.created_at, n.job_id",
             [node_id, *(status.value for status in ON_A_NODE)],
         )
-        return [json.loads(row["document"]) for row in rows]
+        return [{**json.loads(row["document"]), "node_index": int(row["node_index"])}
+                for row in rows]  # fmt: skip
 
-    def busy_accels(self) -> dict[str, int]:
-        """Accelerators each node holds for jobs on it (building jobs will need theirs)."""
+    def node_load(self) -> dict[str, tuple[int, int]]:
+        """Per node: accelerators held by running jobs, and asked for by jobs building or
+        waiting there."""
         marks = ", ".join("?" * len(ON_A_NODE))
         rows = self._all(
-            f"SELECT node_id, SUM(accels) AS busy FROM job_list "
-            f"WHERE node_id IS NOT NULL AND status IN ({marks}) GROUP BY node_id",
+            f"SELECT node_id, status, SUM(accels) AS accels FROM job_nodes "
+            f"WHERE status IN ({marks}) GROUP BY node_id, status",
             [status.value for status in ON_A_NODE],
         )
-        return {row["node_id"]: int(row["busy"]) for row in rows}
+        load: dict[str, tuple[int, int]] = {}
+        for row in rows:
+            held, queued = load.get(row["node_id"], (0, 0))
+            if row["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value):
+                held += int(row["accels"])
+            else:
+                queued += int(row["accels"])
+            load[row["node_id"]] = (held, queued)
+        return load
+
+    def busy_accels(self) -> dict[str, int]:
+        """Accelerators each node holds or is asked for by jobs on it."""
+        return {node_id: held + queued for node_id, (held, queued) in self.node_load().items()}
+
+    def jobs_on_node(self, node_id: str) -> list[str]:
+        """The jobs placed on the node, those that wait first: when the node is lost, they
+        must leave its line before a running job lets go of its accelerators there."""
+        marks = ", ".join("?" * len(ON_A_NODE))
+        rows = self._all(
+            f"SELECT DISTINCT job_id, status FROM job_nodes "
+            f"WHERE node_id = ? AND status IN ({marks})",
+            [node_id, *(status.value for status in ON_A_NODE)],
+        )
+        first = {Status.ENQUEUED.value: 0, Status.BUILDING.value: 1}
+        rows.sort(key=lambda row: first.get(row["status"], 2))
+        return [str(row["job_id"]) for row in rows]
+
+    def holders(self, node_id: str) -> list[Row]:
+        """Jobs placed on the node, with their indices there (for explaining waits)."""
+        marks = ", ".join("?" * len(ON_A_NODE))
+        rows = self._all(
+            f"SELECT n.job_id, l.name, n.status, n.accels, n.allocated, n.created_at "
+            f"FROM job_nodes n JOIN job_list l ON l.id = n.job_id "
+            f"WHERE n.node_id = ? AND n.status IN ({marks}) ORDER BY n.created_at, n.job_id",
+            [node_id, *(status.value for status in ON_A_NODE)],
+        )
+        return [{**row, "allocated": json.loads(row["allocated"])} for row in rows]
 
     def nodes(self) -> list[Row]:
-        return self._all("SELECT id, name, accels, accel_type, registered_at FROM nodes")
+        return self._all(
+            "SELECT id, name, accels, accel_type, address, gpus, registered_at FROM nodes"
+        )
 
     def checkpoints(self, job_id: str) -> list[Row]:
         return self._all(
@@ -108,3 +152,42 @@ class Queries:
 
     def node_exists(self, node_id: str) -> bool:
         return self._one("SELECT id FROM nodes WHERE id = ?", (node_id,)) is not None
+
+    # -- datasets -------------------------------------------------------------------------
+
+    def datasets(self, owner: str) -> list[Row]:
+        """The owner's datasets that hold a version, by name, each with its latest version."""
+        return self._all(
+            f"SELECT {DATASET_COLUMNS} FROM datasets WHERE owner = ? "
+            "AND content_hash IS NOT NULL ORDER BY name",
+            (owner,),
+        )
+
+    def dataset(self, owner: str, name: str) -> Row | None:
+        return self._one(
+            f"SELECT {DATASET_COLUMNS} FROM datasets WHERE owner = ? AND name = ? "
+            "AND content_hash IS NOT NULL",
+            (owner, name),
+        )
+
+    def dataset_versions(self, owner: str, name: str) -> list[Row]:
+        """Every version of the dataset, newest first."""
+        return self._all(
+            "SELECT v.version, v.content_hash, v.size, v.files, v.pushed_at, v.pushed_by "
+            "FROM dataset_versions v JOIN datasets d ON d.id = v.dataset_id "
+            "WHERE d.owner = ? AND d.name = ? ORDER BY v.version DESC",
+            (owner, name),
+        )
+
+    def dataset_hashes(self, owner: str, names: Iterable[str]) -> dict[str, str]:
+        """The content hash of each named dataset's latest version; unknown names left out."""
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self._all(
+            f"SELECT name, content_hash FROM datasets WHERE owner = ? AND name IN ({marks}) "
+            "AND content_hash IS NOT NULL",
+            [owner, *wanted],
+        )
+        return {str(row["name"]): str(row["content_hash"]) for row in rows}

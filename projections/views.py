@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from domain.model import EVENT_STATUS, TERMINAL, Status, event_facts, event_name
+from projections.datasets import DATASET_SCHEMA, apply_dataset_event
 from projections.db import Cursor
 
 SCHEMA = [
@@ -30,8 +31,20 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS checkpoints_job ON checkpoints (job_id)",
     """CREATE TABLE IF NOT EXISTS nodes (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, accels BIGINT NOT NULL,
-        accel_type TEXT NOT NULL, registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+        accel_type TEXT NOT NULL, address TEXT, gpus TEXT NOT NULL DEFAULT '[]',
+        registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS job_nodes (
+        job_id TEXT NOT NULL, node_index BIGINT NOT NULL, node_id TEXT NOT NULL,
+        node_name TEXT NOT NULL, status TEXT NOT NULL, accels BIGINT NOT NULL,
+        allocated TEXT NOT NULL, created_at TEXT NOT NULL,
+        PRIMARY KEY (job_id, node_index))""",
+    "CREATE INDEX IF NOT EXISTS job_nodes_node ON job_nodes (node_id, status)",
+    *DATASET_SCHEMA,
 ]
+VIEW_TABLES = ("job_list", "job_details", "checkpoints", "nodes", "job_nodes", "datasets",
+               "dataset_versions")
+VIEWS_VERSION = 2
+"""Raised whenever a view table changes shape: the views are then rebuilt from the ledger."""
 
 
 def create_tables(cursor: Cursor) -> None:
@@ -50,22 +63,30 @@ def apply_event(cursor: Cursor, domain_event: Any, position: int) -> None:
         _apply_job_event(cursor, domain_event, position)
     elif topic.startswith("Node."):
         _apply_node_event(cursor, domain_event)
+    elif topic.startswith("Dataset."):
+        apply_dataset_event(cursor, domain_event, position)
 
 
 def _apply_node_event(cursor: Cursor, domain_event: Any) -> None:
     at = _iso(domain_event.timestamp)
     node_id = str(domain_event.originator_id)
-    if event_name(domain_event) == "Registered":
+    name = event_name(domain_event)
+    address = getattr(domain_event, "address", None)
+    gpus = json.dumps(getattr(domain_event, "gpus", None) or [])
+    if name == "Registered":
         cursor.execute(
-            "INSERT INTO nodes (id, name, accels, accel_type, registered_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-            (node_id, domain_event.name, domain_event.accels, domain_event.accel_type, at, at),
-        )
-    else:
+            "INSERT INTO nodes (id, name, accels, accel_type, address, gpus, registered_at, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (node_id, domain_event.name, domain_event.accels, domain_event.accel_type, address,
+             gpus, at, at),
+        )  # fmt: skip
+    elif name == "Updated":
         cursor.execute(
-            "UPDATE nodes SET accels = ?, accel_type = ?, updated_at = ? WHERE id = ?",
-            (domain_event.accels, domain_event.accel_type, at, node_id),
+            "UPDATE nodes SET accels = ?, accel_type = ?, address = ?, gpus = ?, updated_at = ? "
+            "WHERE id = ?",
+            (domain_event.accels, domain_event.accel_type, address, gpus, at, node_id),
         )
+    # Allocated, Released, Queued, Dequeued: the job views say who holds what.
 
 
 def _apply_job_event(cursor: Cursor, domain_event: Any, position: int) -> None:
@@ -107,30 +128,66 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "failure": None,
         "stop": None,
         "logs_unavailable": None,
+        "placements": [],
+        "rendezvous": None,
+        "waiting_on": [],
         "history": [],
     }
 
 
 def _node_assigned(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["node"], document["node_id"] = facts["node_name"], facts["node_id"]
+    placed = facts.get("nodes") or [
+        {"node_id": facts["node_id"], "node_name": facts["node_name"], "address": None}
+    ]
+    document["placements"] = [
+        {"index": index, "node": node["node_name"], "node_id": node["node_id"],
+         "address": node.get("address"), "built": False, "accelerators": [],
+         "exit_code": None}
+        for index, node in enumerate(placed)
+    ]  # fmt: skip
 
 
 def _requeued(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["node"] = document["node_id"] = None
+    document["placements"], document["rendezvous"], document["waiting_on"] = [], None, []
 
 
 def _built(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["commit"] = facts.get("commit") or document["commit"]
+    index = facts.get("node_index")
+    if index is not None and index < len(document["placements"]):
+        document["placements"][index]["built"] = True
+    if facts.get("master_port") is not None and document["placements"]:
+        address = document["placements"][0].get("address") or "127.0.0.1"
+        document["rendezvous"] = {"master_addr": address, "master_port": facts["master_port"]}
+
+
+def _enqueued(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    _built(document, {"commit": facts.get("commit")}, at)
+    document["waiting_on"] = facts.get("waiting_on") or []
 
 
 def _started(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    _built(document, facts, at)
+    _built(document, {"commit": facts.get("commit")}, at)
     document["accelerators"] = facts.get("accelerators", [])
+    allocations = facts.get("allocations") or [document["accelerators"]]
+    for node, indices in zip(document["placements"], allocations, strict=False):
+        node["accelerators"] = indices
+    document["waiting_on"] = []
     document["started_at"] = document["started_at"] or at
+
+
+def _exited(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    index = facts.get("node_index")
+    if index is not None and index < len(document["placements"]):
+        document["placements"][index]["exit_code"] = facts.get("exit_code")
 
 
 def _failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["failure"] = {"code": facts.get("code", "stop_failed"), "message": facts["message"]}
+    if facts.get("exit_code") is not None:
+        _exited(document, facts, at)
 
 
 def _build_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -167,8 +224,11 @@ def _deleted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
 FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "NodeAssigned": _node_assigned,
     "Requeued": _requeued,
-    "Enqueued": _built,
+    "Built": _built,
+    "Enqueued": _enqueued,
     "Started": _started,
+    "NodeExited": _exited,
+    "Succeeded": _exited,
     "BuildFailed": _build_failed,
     "Rejected": _failed,
     "Failed": _failed,
@@ -211,7 +271,20 @@ def _public_facts(name: str, facts: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+def _write_nodes(cursor: Cursor, document: dict[str, Any]) -> None:
+    """The job's placements, for the node-side queries (assignments, load, node loss)."""
+    cursor.execute("DELETE FROM job_nodes WHERE job_id = ?", (document["id"],))
+    for node in document.get("placements", []):
+        cursor.execute(
+            "INSERT INTO job_nodes (job_id, node_index, node_id, node_name, status, accels, "
+            "allocated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (document["id"], node["index"], node["node_id"], node["node"], document["status"],
+             document["accels"], json.dumps(node["accelerators"]), document["created_at"]),
+        )  # fmt: skip
+
+
 def _write(cursor: Cursor, document: dict[str, Any], position: int) -> None:
+    _write_nodes(cursor, document)
     cursor.execute(
         "INSERT INTO job_details (id, document) VALUES (?, ?) "
         "ON CONFLICT (id) DO UPDATE SET document = excluded.document",

@@ -28,11 +28,14 @@ from api.schemas import (
 )
 from api.services import Services
 from domain.application import checkpoint_id as derive_checkpoint_id
-from domain.model import Node
+from domain.model import Node, Status
 from domain.values import MAX_NODES, InvalidValue, check_checkpoint_name
 
 router = APIRouter(prefix="/v1/agent", tags=["agents"])
 JobId = Annotated[UUID, Path(description="the job's id")]
+NodeIndex = Annotated[
+    int, Query(ge=0, le=MAX_NODES, description="the node's index in the job (multi-node jobs)")
+]
 AgentId = Annotated[
     str,
     Header(
@@ -68,9 +71,17 @@ def _require_holder(services: Services, node_id: str | None, agent_id: str) -> N
         )  # fmt: skip
 
 
-def _job_of_holder(services: Services, job_id: UUID, agent_id: str) -> dict[str, Any]:
+def _job_of_holder(
+    services: Services, job_id: UUID, agent_id: str, node_index: int = 0
+) -> dict[str, Any]:
+    """The job, when the agent holds the node at ``node_index`` of it."""
     document = _require_job(services, job_id)
-    _require_holder(services, document.get("node_id"), agent_id)
+    placements = document.get("placements") or []
+    node_id = placements[node_index]["node_id"] if node_index < len(placements) else None
+    if node_id is None and node_index > 0:
+        raise Problem(404, "not-found", "No such node index",
+                      f"job {job_id} has no node index {node_index}")  # fmt: skip
+    _require_holder(services, node_id or document.get("node_id"), agent_id)
     return document
 
 
@@ -81,7 +92,10 @@ def register_node(body: NodeRegister, services: ServicesDep, _: CurrentUser) -> 
     services.state.claim_node(
         node_id, body.name, body.agent_id, services.settings.node_timeout_s
     )
-    node_id, outcome = services.jobs.register_node(body.name, body.accels, body.accel_type)
+    node_id, outcome = services.jobs.register_node(
+        body.name, body.accels, body.accel_type, address=body.address,
+        gpus=[gpu.model_dump() for gpu in body.gpus],
+    )  # fmt: skip
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()
     return NodeRegistered(node_id=node_id, name=body.name)
@@ -119,18 +133,23 @@ async def assignments(
     return answer
 
 
+def assignment_of(document: dict[str, Any]) -> Assignment:
+    """One job as one of its nodes sees it (``document["node_index"]`` names which)."""
+    index = int(document.get("node_index", 0))
+    placements = document.get("placements") or []
+    placement = placements[index] if index < len(placements) else {}
+    running = document["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
+    return Assignment(
+        job_id=document["id"], name=document["name"], status=document["status"],
+        spec=document["spec"], input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
+        node_index=index, nnodes=max(len(placements), 1),
+        accelerators=placement.get("accelerators") if running else None,
+        rendezvous=document.get("rendezvous") if running else None,
+    )  # fmt: skip
+
+
 def _assignments_of(services: Services, node_id: str) -> Assignments:
-    documents = services.queries.assignments(node_id)
-    listed = [
-        Assignment(
-            job_id=document["id"],
-            name=document["name"],
-            status=document["status"],
-            spec=document["spec"],
-            input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
-        )
-        for document in documents
-    ]
+    listed = [assignment_of(document) for document in services.queries.assignments(node_id)]
     services.assignment_waiters.seen(node_id, (item.job_id for item in listed))
     return Assignments(assignments=listed, etag=etag_of([a.model_dump() for a in listed]))
 
@@ -163,18 +182,26 @@ def report(
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()
     document = _require_job(services, job_id)
+    for index, placement in enumerate(document.get("placements") or []):
+        if placement["node_id"] == body.node_id and body.node_index in (None, index):
+            seen = assignment_of({**document, "node_index": index})
+            return ReportAccepted(status=seen.status, accelerators=seen.accelerators,
+                                  rendezvous=seen.rendezvous)  # fmt: skip
     return ReportAccepted(status=str(document["status"]))
 
 
 @router.post("/jobs/{job_id}/logs")
 async def ship_logs(job_id: JobId, offset: int, agent_id: AgentId, request: Request,
-                    services: ServicesDep, _: CurrentUser) -> Size:  # fmt: skip
-    """Append log bytes that start at ``offset`` (idempotent)."""
+                    services: ServicesDep, _: CurrentUser, node_index: NodeIndex = 0,
+                    ) -> Size:  # fmt: skip
+    """Append log bytes of node ``node_index`` that start at ``offset`` (idempotent)."""
     if offset < 0:
         raise Problem(422, "invalid-request", "Invalid offset", "offset must be 0 or more")
-    await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    await run_in_threadpool(_job_of_holder, services, job_id, agent_id, node_index)
     data = await request.body()  # at most the log chunk limit (api/limits.py)
-    size = await run_in_threadpool(services.artifacts.append_log, str(job_id), offset, data)
+    size = await run_in_threadpool(
+        services.artifacts.append_log, str(job_id), offset, data, node_index
+    )
     services.log_followers.wake(str(job_id))
     return Size(size=size)
 
@@ -183,27 +210,32 @@ async def ship_logs(job_id: JobId, offset: int, agent_id: AgentId, request: Requ
             dependencies=[Depends(LedgerWritable)])  # fmt: skip
 async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str,
                             agent_id: AgentId, request: Request, services: ServicesDep,
-                            _: CurrentUser) -> CheckpointPublic:  # fmt: skip
+                            _: CurrentUser, node_index: NodeIndex = 0,
+                            ) -> CheckpointPublic:  # fmt: skip
     """Store a checkpoint (a zip) and record it on the job's ledger."""
     try:
         check_checkpoint_name(checkpoint_name)
     except InvalidValue as error:
         raise Problem(422, "invalid-request", "Invalid checkpoint name", str(error),
                       field="checkpoint_name") from None  # fmt: skip
-    document = await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    document = await run_in_threadpool(_job_of_holder, services, job_id, agent_id, node_index)
     upload = await services.artifacts.receive(str(job_id), request.stream())
-    node_name = str(document["node"] or node_id)
+    placements = document.get("placements") or []
+    node_name = str(placements[node_index]["node"] if placements else document["node"] or node_id)
     return await run_in_threadpool(
-        _store_checkpoint, services, job_id, checkpoint_name, node_id, node_name, upload
-    )
+        _store_checkpoint, services, job_id, checkpoint_name, node_id, node_name, node_index,
+        upload,
+    )  # fmt: skip
 
 
 def _store_checkpoint(
-    services: Services, job_id: UUID, name: str, node_id: str, node_name: str, upload: FsPath
-) -> CheckpointPublic:
-    checkpoint_id = derive_checkpoint_id(job_id, name)
+    services: Services, job_id: UUID, name: str, node_id: str, node_name: str,
+    node_index: int, upload: FsPath,
+) -> CheckpointPublic:  # fmt: skip
+    checkpoint_id = derive_checkpoint_id(job_id, name, node_index)
     metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, upload)
-    checkpoint = {"id": checkpoint_id, "name": name, "node": node_name, **metadata}
+    checkpoint = {"id": checkpoint_id, "name": name, "node": node_name,
+                  "node_index": node_index, **metadata}  # fmt: skip
     outcome = services.jobs.record_checkpoint(job_id, node_id, checkpoint)
     services.projector.wait(outcome.position)
     for row in services.queries.checkpoints(str(job_id)):
@@ -217,7 +249,7 @@ async def upload_outputs(job_id: JobId, node_index: Annotated[int, Path(ge=0, le
                          agent_id: AgentId, request: Request, services: ServicesDep,
                          _: CurrentUser) -> Size:  # fmt: skip
     """Store the output directory of one node of the job (a zip)."""
-    await run_in_threadpool(_job_of_holder, services, job_id, agent_id)
+    await run_in_threadpool(_job_of_holder, services, job_id, agent_id, node_index)
     upload = await services.artifacts.receive(str(job_id), request.stream())
     size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, upload)
     return Size(size=size)

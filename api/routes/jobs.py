@@ -27,10 +27,12 @@ from api.schemas import (
 )
 from api.services import Services
 from domain.model import TERMINAL, Status, user
-from domain.values import BIGINT_MAX
+from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 LOG_READ_BYTES = 256 * 1024
+TEXT = "text/plain; charset=utf-8"
+WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
 FOLLOW_RECHECK_S = 1.0
 """A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
 
@@ -76,6 +78,10 @@ def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> Jo
                 "`flexai training checkpoints <job>` lists them",
             )  # fmt: skip
         spec["input_checkpoint_id"] = found["id"]
+    if spec.get("time_limit_s") is None:
+        spec["time_limit_s"] = services.settings.default_time_limit_s
+    if body.datasets:  # each pinned to its version now; a name not pushed fails the build
+        spec["dataset_hashes"] = services.queries.dataset_hashes(owner, body.datasets)
     outcome = services.jobs.submit(owner, body.name, spec, by=user(owner))
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()
@@ -88,15 +94,21 @@ def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> Jo
 def list_jobs(services: ServicesDep, owner: CurrentUser) -> JobsPublic:
     """List your jobs, newest first."""
     rows = services.queries.list_jobs(owner)
-    jobs = [JobSummary.model_validate({**row, "duration_seconds": duration_seconds(row)})
+    waiting = [row["id"] for row in rows if row["status"] in WAITING]
+    reasons = services.waits.reasons(waiting)
+    jobs = [JobSummary.model_validate({**row, "duration_seconds": duration_seconds(row),
+                                       "reason": reasons.get(row["id"])})
             for row in rows]  # fmt: skip
     return JobsPublic(jobs=jobs, count=len(jobs))
 
 
 @router.get("/{name}")
 def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPublic:
-    """A job's spec, status, node, timestamps and lifecycle events."""
-    return job_public(find_job(services, owner, name))
+    """A job's spec, status, node, timestamps, lifecycle events, and why it waits."""
+    document = find_job(services, owner, name)
+    if document["status"] in WAITING:
+        document["waiting"] = services.waits.detail(document["id"])
+    return job_public(document)
 
 
 @router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
@@ -125,41 +137,51 @@ async def job_logs(
     owner: CurrentUser,
     offset: int = Query(default=0, ge=0, le=BIGINT_MAX),
     follow: bool = False,
+    node_index: int = Query(default=0, ge=0, le=MAX_NODES,
+                            description="which node's output (multi-node jobs)"),  # fmt: skip
 ) -> StreamingResponse:
-    """A job's build and run output; with follow, streams until the job ends."""
+    """A job's build and run output (one node's); with follow, streams until the job ends."""
     document = await run_in_threadpool(find_job, services, owner, name)
     job_id = document["id"]
+    log = _NodeLog(services, job_id, node_index)
+    headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1))}
     if not follow:
-        return StreamingResponse(
-            _read_log(services, job_id, offset), media_type="text/plain; charset=utf-8"
-        )
+        return StreamingResponse(_read_log(log, offset), media_type=TEXT, headers=headers)
     if services.log_followers.count >= services.log_followers.limit:
         raise too_many_followers(TooManyFollowers(services.log_followers.limit))
-    return FollowingResponse(
-        _follow_log(services, job_id, offset), media_type="text/plain; charset=utf-8"
-    )
+    return FollowingResponse(_follow_log(log, offset), media_type=TEXT, headers=headers)
 
 
-async def _read_log(services: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
-    while chunk := services.artifacts.read_log(job_id, offset, LOG_READ_BYTES):
+class _NodeLog:
+    def __init__(self, services: Services, job_id: str, node_index: int) -> None:
+        self.services, self.job_id, self.node_index = services, job_id, node_index
+
+    def read(self, offset: int) -> bytes:
+        return self.services.artifacts.read_log(
+            self.job_id, offset, LOG_READ_BYTES, node_index=self.node_index
+        )
+
+
+async def _read_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
+    while chunk := log.read(offset):
         offset += len(chunk)
         yield chunk
 
 
-async def _follow_log(services: Services, job_id: str, offset: int) -> AsyncIterator[bytes]:
+async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
     """The log from ``offset`` as it grows, until the job is terminal and every byte is sent.
 
     Agents ship every line before the terminal report, so one more read after the job ended
     drains it all. Reads are small and local, so they run on the event loop: no thread waits.
     """
-    followers = services.log_followers
-    async with followers.follow(job_id) as follower:
+    followers = log.services.log_followers
+    async with followers.follow(log.job_id) as follower:
         # Registered before the status is read: an end that comes in between still wakes us.
-        status = await run_in_threadpool(_status, services, job_id)
+        status = await run_in_threadpool(_status, log.services, log.job_id)
         follower.job_ended = follower.job_ended or status is None or status in TERMINAL
         while True:
             ended = follower.job_ended
-            while chunk := services.artifacts.read_log(job_id, offset, LOG_READ_BYTES):
+            while chunk := log.read(offset):
                 offset += len(chunk)
                 yield chunk
             if ended:

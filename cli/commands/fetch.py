@@ -1,7 +1,8 @@
 """Fetches artifacts from a Training Job.
 
 Downloads everything the job's entry point wrote under FLEXAI_OUTPUT_DIR as `output_0.zip`
-(`_0` is the node index) into the current directory, or into --output-dir. The file appears
+(`_0` is the node index) into the current directory, or into --output-dir: a job on several
+nodes gives `output_0.zip`, `output_1.zip`, ... (--node-index K fetches one). Each file appears
 only once it is complete; an existing file of that name is replaced.
 """
 
@@ -12,6 +13,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from cli.commands import add_name
 
@@ -39,9 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node-index",
         type=_node_index,
-        default=0,
+        default=None,
         metavar="INDEX",
-        help="whose output to fetch, for multi-node jobs (default: 0)",
+        help="whose output to fetch, for multi-node jobs (default: every node's)",
     )
 
 
@@ -53,25 +55,35 @@ def _umask() -> int:
 
 def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
-    from cli.output import format_size
 
     directory: Path = args.output_dir
     directory.mkdir(parents=True, exist_ok=True)
-    target = (directory / f"output_{args.node_index}.zip").resolve()
-    size = 0
     with ApiClient.from_config() as client:
-        chunks = client.iter_output(args.name, args.node_index)
-        fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                for chunk in chunks:
-                    handle.write(chunk)
-                    size += len(chunk)
-            os.chmod(partial, 0o666 & ~_umask())
-            os.replace(partial, target)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
-            raise
-    print(f"Downloaded {target} ({format_size(size)}, {size} bytes)")
+        indices = [args.node_index]
+        if args.node_index is None:
+            job = client.get_job(args.name)
+            indices = list(range(max(len(job.get("placements") or []), 1)))
+        for index in indices:
+            _download(client, args.name, index, directory)
     return 0
+
+
+def _download(client: Any, name: str, index: int, directory: Path) -> None:
+    from cli.output import format_size
+
+    target = (directory / f"output_{index}.zip").resolve()
+    size = 0
+    chunks = client.iter_output(name, index)
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk)
+                size += len(chunk)
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
+    print(f"Downloaded {target} ({format_size(size)}, {size} bytes)")

@@ -72,6 +72,20 @@ def positive_int(value: str) -> int:
     return number
 
 
+def duration(value: str) -> int:
+    """An argparse type: ``90s``, ``30m``, ``2h``, ``1d`` or seconds, as whole seconds."""
+    from cli.durations import parse_duration
+
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def duration_or_zero(value: str) -> int:
+    return 0 if value.strip() in ("0", "0s") else duration(value)
+
+
 def env_assignment(value: str) -> tuple[str, str]:
     """An argparse type: ``KEY=VALUE`` with an environment variable name as key."""
     key, sep, rest = value.partition("=")
@@ -167,13 +181,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="DATASET",
-        help="a dataset mounted read-only under FLEXAI_INPUT_DIR/<dataset> (repeatable)",
+        help="a dataset pushed with `flexai dataset push`, read-only at "
+        "FLEXAI_INPUT_DIR/<dataset> in the version current now (repeatable)",
     )
     parser.add_argument(
         "--checkpoint",
         "-C",
         metavar="CHECKPOINT",
         help="a checkpoint id or name, made available at FLEXAI_INPUT_CHECKPOINT_DIR",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=duration,
+        metavar="DURATION",
+        help="end the job (failed, time_limit_exceeded) once it has run this long: 90s, 30m, "
+        "2h, 1d (default: the server's)",
+    )
+    parser.add_argument(
+        "--stop-grace",
+        type=duration_or_zero,
+        metavar="DURATION",
+        help="between SIGTERM and SIGKILL when the job is stopped or ended "
+        "(default: the agent's --stop-grace)",
     )
     add_json_flag(parser)
 
@@ -216,6 +245,8 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         "repository_revision": args.repository_revision,
         "requirements_path": args.requirements_path,
         "checkpoint": args.checkpoint,
+        "time_limit_s": getattr(args, "time_limit", None),
+        "stop_grace_s": getattr(args, "stop_grace", None),
     }
     job.update({key: value for key, value in optional.items() if value is not None})
     return job

@@ -44,6 +44,10 @@ class Cluster:
     env: dict[str, str]
     token: str
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+    """Each part's command line (``server``, ``agent``, ``agent-<name>``), to start it again."""
+    parts: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def flexai(self, *args: str, check: bool = True, timeout: float = 120,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -84,6 +88,42 @@ class Cluster:
                 )  # fmt: skip
             time.sleep(0.1)
 
+    def kill(self, part: str) -> None:
+        """``kill -9`` of one part (``server``, ``agent`` or ``agent-<name>``)."""
+        process = self.parts[part]
+        process.kill()
+        process.wait()
+        self.processes.remove(process)
+
+    def restart(self, part: str) -> None:
+        """Start a killed part again with its command line (same port, data, work dir)."""
+        _start(self, part, self.commands[part], self.envs[part])
+        if part == "server":
+            _wait(self._healthy, "server restart", self)
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(self.api_url + "/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start_agent(self, name: str, accels: int = 1, *flags: str) -> str:
+        """Another agent on this machine, as node ``name``; returns its part's name."""
+        part = f"agent-{name}"
+        _start(self, part, ["agent", "--server", self.api_url, "--accels", str(accels),
+                            "--name", name, "--work-dir", str(self.root / part),
+                            "--job-user", pwd.getpwuid(os.geteuid()).pw_name,
+                            "--address", "127.0.0.1", *flags], self.env)  # fmt: skip
+        self.wait_for_node(name)
+        return part
+
+    def wait_for_node(self, name: str, alive: bool = True, timeout: float = 60) -> None:
+        def seen() -> bool:
+            nodes = self.api("GET", "/v1/nodes").json().get("nodes", [])
+            return any(node["name"] == name and node["alive"] == alive for node in nodes)
+
+        _wait(seen, f"node {name} {'alive' if alive else 'offline'}", self, timeout)
+
     def log(self, part: str) -> str:
         path = self.root / f"{part}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -101,11 +141,14 @@ class Cluster:
 
 
 def _start(cluster: Cluster, part: str, args: list[str], env: dict[str, str]) -> None:
-    log = (cluster.root / f"{part}.log").open("wb")
+    log = (cluster.root / f"{part}.log").open("ab")
     process = subprocess.Popen(
         [*FLEXAI, *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cluster.root
     )
     cluster.processes.append(process)
+    cluster.commands[part] = args
+    cluster.envs[part] = env
+    cluster.parts[part] = process
 
 
 def _wait(condition: Callable[[], bool], what: str, cluster: Cluster, timeout: float = 60) -> None:
@@ -129,6 +172,7 @@ def start_cluster(
     job_python: str | None = None,
     token_in_environment: bool = False,
     agent_flags: tuple[str, ...] = (),
+    server_flags: tuple[str, ...] = (),
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
     as pytest's temporary directories are that user's alone). The agent's token comes from
@@ -154,6 +198,7 @@ def start_cluster(
                    "--scheduling-patience", "5"]  # fmt: skip
     if database_url:
         server_args += ["--database-url", database_url]
+    server_args += server_flags
     _start(cluster, "server", server_args, env)
     config = root / "config.json"
 

@@ -72,10 +72,11 @@ class Lifecycle:
         self.app.assign(job_id, self.node_id, "gpu-node-1")
         return job_id
 
-    def in_progress(self, name: str, accelerators: list[int] | None = None) -> UUID:
-        accelerators = [0] if accelerators is None else accelerators
-        job_id = self.building(name, accels=len(accelerators))
-        self.report(job_id, "started", commit="c0ffee", accelerators=accelerators)
+    def in_progress(self, name: str, accels: int = 1) -> UUID:
+        """Built on gpu-node-1: the control plane starts it with the lowest free indices."""
+        job_id = self.building(name, accels=accels)
+        self.report(job_id, "built", commit="c0ffee")
+        assert self.app.job(job_id).status == "in progress"
         return job_id
 
     def succeeded(self, name: str) -> UUID:

@@ -111,8 +111,7 @@ def test_of_two_replicas_reusing_a_freed_name_at_once_exactly_one_wins(
 @pytest.mark.parametrize(
     ("report", "facts"),
     [
-        ("enqueued", {"commit": "c0ffee"}),
-        ("started", {"commit": "c0ffee", "accelerators": [0]}),
+        ("built", {"commit": "c0ffee"}),
         ("build_failed", {"code": "revision_not_found", "message": "no v9", "commit": None}),
     ],
 )
@@ -166,7 +165,7 @@ def test_a_report_from_a_node_the_job_is_not_assigned_to_is_refused(
     job_id = lifecycle.building("resnet-50")
     history = event_names(lifecycle.app, job_id)
     other = lifecycle.other_node_id
-    report = {"node_id": other, "type": "started", "commit": "c0ffee", "accelerators": [0]}
+    report = {"node_id": other, "type": "built", "commit": "c0ffee"}
     with pytest.raises(WrongNode, match="not assigned to node"):
         lifecycle.app.report(job_id, other, report)
     with pytest.raises(WrongNode):
@@ -177,8 +176,9 @@ def test_a_report_from_a_node_the_job_is_not_assigned_to_is_refused(
 
 def test_an_agent_report_names_the_node_that_sent_it(lifecycle: Lifecycle) -> None:
     job_id = lifecycle.in_progress("resnet-50")
-    started = lifecycle.app.history(job_id)[-1]
-    assert started.by == {"kind": "agent", "id": "gpu-node-1"}  # type: ignore[attr-defined]
+    *_, built, started = lifecycle.app.history(job_id)
+    assert built.by == {"kind": "agent", "id": "gpu-node-1"}  # type: ignore[attr-defined]
+    assert started.by == {"kind": "scheduler", "id": "scheduler"}  # type: ignore[attr-defined]
 
 
 # -- stop and delete -----------------------------------------------------------------------
@@ -192,7 +192,8 @@ def test_a_job_no_node_holds_yet_stops_at_once(lifecycle: Lifecycle) -> None:
 
 
 def test_a_job_on_a_node_waits_for_the_agent_to_stop_it(lifecycle: Lifecycle) -> None:
-    job_id = lifecycle.in_progress("resnet-50", accelerators=[2, 3])
+    lifecycle.in_progress("first", accels=2)
+    job_id = lifecycle.in_progress("resnet-50", accels=2)
     lifecycle.app.request_stop(job_id, by=user("alice"))
     assert lifecycle.app.job(job_id).status == "stop in progress"
     lifecycle.report(job_id, "stopped")
@@ -211,7 +212,8 @@ def test_the_history_of_a_deleted_job_stays_readable(lifecycle: Lifecycle) -> No
     job_id = lifecycle.succeeded("resnet-50")
     lifecycle.app.delete(job_id, by=user("alice"))
     assert event_names(lifecycle.app, job_id) == [
-        "Submitted", "SchedulingStarted", "NodeAssigned", "Started", "Succeeded", "Deleted",
+        "Submitted", "SchedulingStarted", "NodeAssigned", "Built", "Started", "Succeeded",
+        "Deleted",
     ]  # fmt: skip
     assert lifecycle.app.history(job_id)[-1].by == {  # type: ignore[attr-defined]
         "kind": "user",

@@ -37,8 +37,9 @@ field_values = json_values | hostile_text | hostile_int
 
 SPEC_FIELDS = ["repository_url", "repository_revision", "requirements_path", "accels", "nodes",
                "env", "secrets", "datasets", "checkpoint", "entry_point"]  # fmt: skip
-REPORT_FIELDS = ["commit", "accelerators", "exit_code", "code", "message", "offset", "written"]
-REPORT_TYPES = ["enqueued", "started", "build_failed", "exited", "failed", "stopped",
+REPORT_FIELDS = ["commit", "master_port", "node_index", "exit_code", "code", "message",
+                 "offset", "written"]
+REPORT_TYPES = ["built", "build_failed", "exited", "failed", "stopped",
                 "stop_failed", "logs_unavailable"]  # fmt: skip
 
 

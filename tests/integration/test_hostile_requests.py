@@ -47,7 +47,7 @@ class Api:
         jobs = self.services.jobs
         jobs.begin_scheduling(UUID(job_id))
         jobs.assign(UUID(job_id), node_id, "gpu-1")
-        self.report(job_id, node_id, "started", commit="c0ffee", accelerators=[0])
+        self.report(job_id, node_id, "built", commit="c0ffee")
         return job_id, node_id
 
     def report(self, job_id: str, node_id: str, kind: str, **facts: Any) -> Any:

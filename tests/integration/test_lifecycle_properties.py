@@ -4,6 +4,11 @@ The expected transitions are copied from the lifecycle table of SPEC.md, not fro
 a wrong table in ``domain/model.py`` fails here. Most steps send a job a command that
 SPEC.md allows from its status, so jobs get far into their lifecycle; the first time a job is
 in a status, it is sent every other command too, so refusals get tried from each status.
+
+The machine also keeps its own account of the two nodes' accelerators (node-a has 2, node-b
+1): a built job starts on the lowest free index unless an earlier job waits in that node's
+line (then it is enqueued), and a job that lets go of an index starts the next one in line,
+in the same transaction. Every ledger event a command records is counted.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from domain.model import (
     JobNotTerminal,
     NameTaken,
     TrainingJob,
-    scheduler,
     user,
 )
 from tests.support import SPEC_TERMINAL as TERMINAL
@@ -55,18 +59,19 @@ RUNNING = {"in progress", "stop in progress"}
 AIMED: dict[str, dict[str, int]] = {
     "pending": {"begin_scheduling": 4, "request_stop": 1},
     "scheduling": {"assign": 6, "reject": 1, "request_stop": 1},
-    "building": {"report_started": 3, "report_enqueued": 2, "report_build_failed": 1,
-                 "request_stop": 1, "report_stopped": 1},
-    "enqueued": {"report_started": 2, "requeue_after_node_loss": 2, "request_stop": 1,
+    "building": {"report_built": 5, "report_build_failed": 1, "request_stop": 1,
+                 "report_stopped": 1, "lose_node": 1},
+    "enqueued": {"report_exited_elsewhere": 3, "lose_node": 2, "request_stop": 1,
                  "report_stopped": 1},
     "in progress": {"report_exited": 2, "record_checkpoint": 2, "report_failed": 1,
-                    "request_stop": 2, "report_stopped": 1},
-    "stop in progress": {"report_stopped": 2, "report_stop_failed": 1, "record_checkpoint": 1},
+                    "request_stop": 2, "report_stopped": 1, "lose_node": 1},
+    "stop in progress": {"report_stopped": 2, "report_stop_failed": 1, "record_checkpoint": 1,
+                         "lose_node": 1},
     **{status: {"delete": 1} for status in TERMINAL},
 }  # fmt: skip
 COMMANDS = sorted({command for commands in AIMED.values() for command in commands})
 
-NODES = {"node-a": 8, "node-b": 4}
+NODES = {"node-a": 2, "node-b": 1}
 job_names = st.sampled_from(["resnet", "bert-base", "llama_7b"]) | st.from_regex(
     r"\A[A-Za-z0-9][A-Za-z0-9_-]{1,10}[A-Za-z0-9]\Z"
 )
@@ -87,15 +92,24 @@ class Expected:
     deleted: bool = False
     checkpoints: set[str] = field(default_factory=set)
     events: int = 1
+    place: int = 0
+    """Its place among the example's submissions: the order of every node's line."""
+    built: bool = False
+    index: int | None = None
+    """The accelerator index it holds, while it holds one."""
+    refused: set[str] = field(default_factory=set)
+    """The report kinds refused once already (each is kept once, for audit)."""
 
 
 @dataclass
 class Refused:
-    """The error a command must raise; for IllegalTransition, the statuses it names."""
+    """The error a command must raise; for IllegalTransition, the statuses it names; and how
+    many events its refusal records (an agent's refused report is kept once, for audit)."""
 
     error: type[DomainError]
     current: str = ""
     attempted: str = ""
+    records: int = 0
 
 
 Expectation = Refused | int | None
@@ -120,11 +134,13 @@ class Ledger(RuleBasedStateMachine):
         self.live_names: dict[str, UUID] = {}
         self.node_ids: dict[str, str] = {}
         self.probed: set[str] = set()
+        self.submitted = itertools.count()
 
     @initialize()
     def register_nodes(self) -> None:
+        suffix = uuid.uuid4().hex[:8]  # its own nodes: the PostgreSQL run shares a database
         for name, accels in NODES.items():
-            self.node_ids[name], _ = self.app.register_node(name, accels, "H100")
+            self.node_ids[name], _ = self.app.register_node(f"{name}-{suffix}", accels, "H100")
 
     # -- running a command and checking what it did -----------------------------------------
 
@@ -144,7 +160,7 @@ class Ledger(RuleBasedStateMachine):
                     assert f"'{expected.attempted}'" in str(error)
             else:
                 raise AssertionError(f"accepted; SPEC.md says {expected}")
-            assert self._ledger_end() == before, "a refused command recorded events"
+            assert self._ledger_end() == before + expected.records, "refused, yet recorded"
             return None
         outcome = command()
         if expected is None:
@@ -167,7 +183,7 @@ class Ledger(RuleBasedStateMachine):
 
     # -- rules -------------------------------------------------------------------------------
 
-    @precondition(lambda self: len(self.live_names) < 2)
+    @precondition(lambda self: len(self.live_names) < 3)
     @rule(target=jobs, name=job_names, data=st.data())
     def submit(self, name: str, data: st.DataObject) -> Any:
         spec = {"repository_url": "https://example.com/r.git", "entry_point": ["train.py"],
@@ -181,7 +197,7 @@ class Ledger(RuleBasedStateMachine):
             return multiple()
         outcome = self._run(command, 2)  # the job's Submitted, and the name's claim
         assert outcome is not None
-        self.expected[outcome.job_id] = Expected(name=name)
+        self.expected[outcome.job_id] = Expected(name=name, place=next(self.submitted))
         self.live_names[name] = outcome.job_id
         self._probe_the_first_time(outcome.job_id, data)
         return outcome.job_id
@@ -226,7 +242,9 @@ class Ledger(RuleBasedStateMachine):
             self._run(lambda: self.app.request_stop(job_id, user(self.owner)), 2)
             self._moved(job, "stopped", events=2)
         else:
-            self._run(lambda: self.app.request_stop(job_id, user(self.owner)), 1)
+            left_the_line = 1 if job.status == "enqueued" else 0  # the node's Dequeued
+            self._run(lambda: self.app.request_stop(job_id, user(self.owner)),
+                      1 + left_the_line)  # fmt: skip
             self._moved(job, "stop in progress")
 
     def delete(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
@@ -254,7 +272,7 @@ class Ledger(RuleBasedStateMachine):
         self._run(lambda: self.app.assign(job_id, self.node_ids[node], node), refusal or 1)
         if refusal is None:
             self._moved(job, "building")
-            job.node_id = self.node_ids[node]
+            job.node_id, job.built = self.node_ids[node], False
 
     def reject(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
         message = "no registered node has 99 accelerators"
@@ -265,20 +283,88 @@ class Ledger(RuleBasedStateMachine):
             self._moved(job, "rejected")
             job.failure_code, job.failure_says = "no_node_meets_request", message
 
-    def requeue_after_node_loss(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
-        """The application has no command for node loss yet: the aggregate's own is saved."""
+    def lose_node(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+        """The job's node (or another, one time in ten) is lost."""
+        node_id = self._reporting_node(job, data)
+        message = "node lost: silent past its lease"
 
-        def requeue() -> Outcome:
-            aggregate = self.app.job(job_id)
-            aggregate.requeue(reason="node lost", by=scheduler())
-            recordings = self.app.save(aggregate)
-            return Outcome(job_id, max(r.notification.id for r in recordings))
+        def command() -> Outcome:
+            return self.app.node_lost(job_id, node_id, message)
 
-        refusal = self._refusal(job, "scheduling", job.status == "enqueued")
-        self._run(requeue, refusal or 1)
-        if refusal is None:
-            self._moved(job, "scheduling")
+        if node_id != job.node_id or job.deleted or job.status not in (
+            "building", "enqueued", "in progress", "stop in progress"
+        ):  # fmt: skip
+            self._run(command, None)  # not on that node (any more): nothing to do
+            return
+        status = job.status
+        target = {"building": "failed", "enqueued": "scheduling", "in progress": "failed",
+                  "stop in progress": "stop failed"}[status]  # fmt: skip
+        self._moved(job, target)
+        if target == "scheduling":
             job.node_id = None
+        else:
+            job.failure_code = "stop_failed" if target == "stop failed" else "node_lost"
+            job.failure_says = message
+        self._run(command, 1 + self._let_go(job_id, job, status))
+
+    # -- the nodes' accelerators -----------------------------------------------------------
+
+    def _node_of(self, job: Expected) -> str:
+        return next(name for name, node_id in self.node_ids.items() if node_id == job.node_id)
+
+    def _others_on(self, node: str, job_id: UUID) -> list[tuple[UUID, Expected]]:
+        return [(other_id, other) for other_id, other in self.expected.items()
+                if other_id != job_id and other.node_id == self.node_ids[node]
+                and not other.deleted]  # fmt: skip
+
+    def _free_index(self, node: str, job_id: UUID) -> int | None:
+        held = {other.index for _, other in self._others_on(node, job_id)
+                if other.index is not None}  # fmt: skip
+        return next((i for i in range(NODES[node]) if i not in held), None)
+
+    def _earlier_in_line(self, node: str, job_id: UUID, job: Expected) -> bool:
+        return any(other.status == "enqueued" and other.place < job.place
+                   for _, other in self._others_on(node, job_id))  # fmt: skip
+
+    def _start_or_line_up(self, job_id: UUID, job: Expected) -> None:
+        """The job was built: 2 more ledger events either way (Started and Allocated, or
+        Enqueued and Queued)."""
+        node = self._node_of(job)
+        index = self._free_index(node, job_id)
+        if index is not None and not self._earlier_in_line(node, job_id, job):
+            self._moved(job, "in progress")
+            job.index, job.accelerators = index, [index]
+        else:
+            self._moved(job, "enqueued")
+
+    def _let_go(self, job_id: UUID, job: Expected, was: str) -> int:
+        """The job left status ``was``: it lets go of its index or its place in line, and the
+        next jobs in line start. Returns the ledger events that makes (beyond the job's)."""
+        node_id = job.node_id or next(
+            (self.node_ids[n] for n in NODES if self._holds_or_waits(job, n)), None
+        )
+        if was == "enqueued":
+            return 1  # Dequeued: the line's head is blocked by capacity, no one starts
+        if job.index is None or node_id is None:
+            return 0
+        node = next(n for n, i in self.node_ids.items() if i == node_id)
+        job.index = None
+        events = 1  # Released
+        waiting = sorted((other.place, other_id)
+                         for other_id, other in self._others_on(node, job_id)
+                         if other.status == "enqueued")  # fmt: skip
+        for _, other_id in waiting:
+            other = self.expected[other_id]
+            index = self._free_index(node, other_id)
+            if index is None:
+                break
+            other.status, other.events = "in progress", other.events + 1
+            other.index, other.accelerators = index, [index]
+            events += 2  # the other job's Started, the node's Allocated
+        return events
+
+    def _holds_or_waits(self, job: Expected, node: str) -> bool:
+        return job.node_id == self.node_ids[node]
 
     # -- node agents -------------------------------------------------------------------------
 
@@ -313,32 +399,49 @@ class Ledger(RuleBasedStateMachine):
         elif job.deleted:
             self._run(command, Refused(JobDeleted))
         elif job.status not in allowed_from:
-            self._run(command, Refused(IllegalTransition, job.status, target))
+            self._refuse(job, report["type"], command, job.status, target)
         else:
             self._run(command, change())
 
-    def report_enqueued(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
-        commit = data.draw(commits)
+    def _refuse(self, job: Expected, kind: str, command: Callable[[], Outcome], current: str,
+                attempted: str) -> None:  # fmt: skip
+        """A report the status refuses; the first of its kind is kept (ReportRefused)."""
+        first = kind not in job.refused
+        self._run(command, Refused(IllegalTransition, current, attempted, records=int(first)))
+        if first:
+            job.refused.add(kind)
+            job.events += 1
 
-        def change() -> int:
-            self._moved(job, "enqueued")
-            job.commit = commit
-            return 1
-
-        report = {"type": "enqueued", "commit": commit}
-        self._report(job_id, job, data, report, "enqueued", {"building"}, change)
-
-    def report_started(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+    def report_built(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
         commit = data.draw(st.none() | commits)
-        accelerators = data.draw(st.lists(st.integers(0, 7), min_size=1, max_size=4, unique=True))
+        node_id = self._reporting_node(job, data)
 
-        def change() -> int:
-            self._moved(job, "in progress")
-            job.commit, job.accelerators = commit or job.commit, accelerators
-            return 1
+        def command() -> Outcome:
+            report = {"node_id": node_id, "type": "built", "commit": commit}
+            return self.app.report(job_id, node_id, report)
 
-        report = {"type": "started", "commit": commit, "accelerators": accelerators}
-        self._report(job_id, job, data, report, "in progress", {"building", "enqueued"}, change)
+        if node_id != job.node_id:
+            self._run(command, Refused(WrongNode))
+        elif job.deleted:
+            self._run(command, Refused(JobDeleted))
+        elif job.built:
+            self._run(command, None)  # a resend: this node's build is recorded
+        elif job.status != "building":
+            self._refuse(job, "built", command, job.status, "in progress")
+        else:
+            job.built, job.events = True, job.events + 1  # Built
+            job.commit = commit or job.commit
+            self._start_or_line_up(job_id, job)
+            self._run(command, 3)
+
+    def report_exited_elsewhere(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+        """A job that holds this enqueued job's node ends (if there is one)."""
+        running = [(other_id, other) for other_id, other in self.expected.items()
+                   if other_id != job_id and other.node_id == job.node_id
+                   and other.status == "in progress" and not other.deleted]  # fmt: skip
+        if running:
+            other_id, other = running[0]
+            self.report_exited(other_id, other, data, from_its_node=True)
 
     def report_build_failed(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
         commit = data.draw(st.none() | commits)
@@ -354,7 +457,8 @@ class Ledger(RuleBasedStateMachine):
                   "message": message, "commit": commit}  # fmt: skip
         self._report(job_id, job, data, report, "failed", {"building"}, change)
 
-    def report_exited(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+    def report_exited(self, job_id: UUID, job: Expected, data: st.DataObject,
+                      from_its_node: bool = False) -> None:  # fmt: skip
         exit_code = data.draw(st.sampled_from([0, 1, 2, 137]))
         target = "succeeded" if exit_code == 0 else "failed"
 
@@ -363,9 +467,14 @@ class Ledger(RuleBasedStateMachine):
             if exit_code:
                 job.failure_code = "entry_point_failed"
                 job.failure_says = f"exited with code {exit_code}"
-            return 1
+            return 1 + self._let_go(job_id, job, "in progress")
 
         report = {"type": "exited", "exit_code": exit_code}
+        if from_its_node and job.node_id is not None:
+            node_id = job.node_id
+            self._run(lambda: self.app.report(job_id, node_id, {"node_id": node_id, **report}),
+                      change())  # fmt: skip
+            return
         self._report(job_id, job, data, report, target, {"in progress"}, change)
 
     def report_failed(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
@@ -374,7 +483,7 @@ class Ledger(RuleBasedStateMachine):
         def change() -> int:
             self._moved(job, "failed")
             job.failure_code, job.failure_says = "time_limit_exceeded", message
-            return 1
+            return 1 + self._let_go(job_id, job, "in progress")
 
         report = {"type": "failed", "code": "time_limit_exceeded", "message": message}
         self._report(job_id, job, data, report, "failed", {"in progress"}, change)
@@ -383,7 +492,7 @@ class Ledger(RuleBasedStateMachine):
         def change() -> int:
             self._moved(job, "stopped")
             job.accelerators = []
-            return 1
+            return 1 + self._let_go(job_id, job, "stop in progress")
 
         # Only a user asks for a stop: an agent's "stopped" confirms one, never starts one.
         allowed_from = {"stop in progress"}
@@ -395,7 +504,7 @@ class Ledger(RuleBasedStateMachine):
         def change() -> int:
             self._moved(job, "stop failed")
             job.failure_code, job.failure_says = "stop_failed", message
-            return 1
+            return 1 + self._let_go(job_id, job, "stop in progress")
 
         report = {"type": "stop_failed", "message": message}
         self._report(job_id, job, data, report, "stop failed", {"stop in progress"}, change)
@@ -440,8 +549,9 @@ class Ledger(RuleBasedStateMachine):
             names = self._event_names(job_id)
             ends = [i for i, name in enumerate(names)
                     if name in EVENT_STATUS and EVENT_STATUS[name].value in TERMINAL]  # fmt: skip
-            if ends:
-                assert names[ends[0] + 1 :] in ([], ["Deleted"]), names
+            if ends:  # only a deletion follows, and late reports kept for audit
+                after = [name for name in names[ends[0] + 1 :] if name != "ReportRefused"]
+                assert after in ([], ["Deleted"]), names
 
     @invariant()
     def each_live_name_points_at_its_job(self) -> None:

@@ -73,7 +73,7 @@ def test_inspect_shows_the_node_commit_accelerators_and_every_event(
     lifecycle: Lifecycle, views: Replica
 ) -> None:
     projector, queries = views
-    job_id = lifecycle.in_progress("resnet-50", accelerators=[0, 1])
+    job_id = lifecycle.in_progress("resnet-50", accels=2)
     lifecycle.report(job_id, "exited", exit_code=0)
     projector.catch_up()
     document = queries.job_by_name("alice", "resnet-50")
@@ -89,12 +89,17 @@ def test_inspect_shows_the_node_commit_accelerators_and_every_event(
         ("Submitted", "pending", "user"),
         ("SchedulingStarted", "scheduling", "scheduler"),
         ("NodeAssigned", "building", "scheduler"),
-        ("Started", "in progress", "agent"),
+        ("Built", "building", "agent"),
+        ("Started", "in progress", "scheduler"),
         ("Succeeded", "succeeded", "agent"),
     ]
-    assert document["history"][3]["facts"]["accelerators"] == [0, 1]
-    assert document["started_at"] == document["history"][3]["at"]
-    assert document["ended_at"] == document["history"][4]["at"]
+    assert document["history"][4]["facts"]["accelerators"] == [0, 1]
+    assert document["started_at"] == document["history"][4]["at"]
+    assert document["ended_at"] == document["history"][5]["at"]
+    assert document["placements"] == [{
+        "index": 0, "node": "gpu-node-1", "node_id": lifecycle.node_id, "address": None,
+        "built": True, "accelerators": [0, 1], "exit_code": 0,
+    }]  # fmt: skip
 
 
 def test_inspect_of_a_failed_build_says_why(lifecycle: Lifecycle, views: Replica) -> None:
@@ -125,8 +130,10 @@ def test_a_job_stopped_while_enqueued_shows_no_accelerators_were_allocated(
     lifecycle: Lifecycle, views: Replica
 ) -> None:
     projector, queries = views
+    lifecycle.in_progress("holds-all", accels=8)
     job_id = lifecycle.building("resnet-50")
-    lifecycle.report(job_id, "enqueued", commit="c0ffee")
+    lifecycle.report(job_id, "built", commit="c0ffee")
+    assert lifecycle.app.job(job_id).status == "enqueued"
     lifecycle.app.request_stop(job_id, by=user("alice"))
     lifecycle.report(job_id, "stopped")
     projector.catch_up()
@@ -142,7 +149,8 @@ def test_a_job_stopped_while_in_progress_shows_its_accelerators_were_released(
     lifecycle: Lifecycle, views: Replica
 ) -> None:
     projector, queries = views
-    job_id = lifecycle.in_progress("resnet-50", accelerators=[4, 5])
+    lifecycle.in_progress("first-four", accels=4)
+    job_id = lifecycle.in_progress("resnet-50", accels=2)
     lifecycle.app.request_stop(job_id, by=user("alice"))
     lifecycle.report(job_id, "stopped")
     projector.catch_up()
@@ -218,8 +226,7 @@ def test_after_waiting_for_a_commands_position_another_replicas_view_shows_it(
     steps = [
         (lambda: lifecycle.app.begin_scheduling(job_id), "scheduling"),
         (lambda: lifecycle.app.assign(job_id, lifecycle.node_id, "gpu-node-1"), "building"),
-        (lambda: lifecycle.report(job_id, "started", commit="c0ffee", accelerators=[0]),
-         "in progress"),
+        (lambda: lifecycle.report(job_id, "built", commit="c0ffee"), "in progress"),
         (lambda: lifecycle.app.request_stop(job_id, by=user("alice")), "stop in progress"),
         (lambda: lifecycle.report(job_id, "stopped"), "stopped"),
     ]  # fmt: skip
@@ -254,7 +261,7 @@ def test_two_replicas_catching_up_at_once_apply_each_event_exactly_once(
     threads = [threading.Thread(target=follow, args=(p,)) for p, _ in replicas]
     for thread in threads:
         thread.start()
-    job_ids += [lifecycle.in_progress(f"late-{n}") for n in range(10)]  # written meanwhile
+    job_ids += [lifecycle.succeeded(f"late-{n}") for n in range(10)]  # written meanwhile
     stop.set()
     for thread in threads:
         thread.join(timeout=60)

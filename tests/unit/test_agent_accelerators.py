@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -13,79 +14,47 @@ import pytest
 from node_agent.accelerators import AcceleratorPool, Gpu, detect_gpus
 
 
-def acquire_in_thread(
-    pool: AcceleratorPool, job_id: str, count: int, cancel: threading.Event | None = None
-) -> tuple[threading.Thread, list[object]]:
-    result: list[object] = []
-    waits: list[str] = []
-
-    def run() -> None:
-        taken = pool.acquire(
-            job_id, count, cancel=cancel or threading.Event(), on_wait=lambda: waits.append(job_id)
-        )
-        result.append(taken)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    result.append(waits)
-    return thread, result
-
-
-def test_a_job_gets_the_lowest_free_indices() -> None:
-    pool = AcceleratorPool(4)
-    assert pool.acquire("a", 1, cancel=threading.Event()) == [0]
-    assert pool.acquire("b", 2, cancel=threading.Event()) == [1, 2]
+def test_an_index_the_control_plane_allocated_is_held_until_its_job_ends() -> None:
+    pool = AcceleratorPool()
+    assert pool.claim("a", [0, 1]) is None
+    assert pool.held_by("a") == [0, 1]
+    assert pool.claim("b", [1, 2]) == "accelerator 1 of this node is held by job a"
+    assert pool.claim("c", [2, 3]) is None  # no index in common
     pool.release("a")
-    assert pool.acquire("c", 2, cancel=threading.Event()) == [0, 3]
-    assert pool.held_by("c") == [0, 3]
+    assert pool.claim("b", [0, 1]) is None
 
 
-def test_a_job_waits_says_so_once_and_starts_when_enough_are_freed() -> None:
-    pool = AcceleratorPool(2)
-    pool.acquire("running", 2, cancel=threading.Event())
-    thread, result = acquire_in_thread(pool, "queued", 1)
-    time.sleep(0.5)
-    assert thread.is_alive()
-    assert result[0] == ["queued"]
-    pool.release("running")
-    thread.join(5)
-    assert result[1] == [0]
+def test_a_job_given_an_index_of_a_job_being_ended_here_waits_for_it() -> None:
+    pool = AcceleratorPool()
+    pool.claim("leaving", [0])
+    threading.Timer(0.3, pool.release, args=("leaving",)).start()
+    started = time.monotonic()
+    assert pool.claim("coming", [0], patience=30) is None
+    assert 0.2 < time.monotonic() - started < 10
 
 
-def test_waiting_jobs_are_served_in_arrival_order() -> None:
-    pool = AcceleratorPool(2)
-    pool.acquire("running", 2, cancel=threading.Event())
-    big, big_result = acquire_in_thread(pool, "big", 2)
-    time.sleep(0.1)
-    small, small_result = acquire_in_thread(pool, "small", 1)
-    time.sleep(0.1)
-    pool.release("running")
-    big.join(5)
-    assert big_result[1] == [0, 1]
-    assert small.is_alive()
-    pool.release("big")
-    small.join(5)
-    assert small_result[1] == [0]
-
-
-def test_a_cancelled_wait_returns_nothing_and_lets_the_next_job_go() -> None:
-    pool = AcceleratorPool(1)
-    pool.acquire("running", 1, cancel=threading.Event())
+def test_a_wait_for_an_index_ends_with_a_stop() -> None:
+    pool = AcceleratorPool()
+    pool.claim("leaving", [0])
     cancel = threading.Event()
-    first, first_result = acquire_in_thread(pool, "first", 1, cancel)
-    time.sleep(0.1)
-    second, second_result = acquire_in_thread(pool, "second", 1)
-    cancel.set()
-    first.join(5)
-    assert first_result[1] is None
-    pool.release("running")
-    second.join(5)
-    assert second_result[1] == [0]
+    threading.Timer(0.2, cancel.set).start()
+    assert pool.claim("coming", [0], patience=30, cancel=cancel) is not None
 
 
-def test_asking_for_more_than_the_node_has_is_refused() -> None:
-    with pytest.raises(ValueError, match="this node has 2"):
-        AcceleratorPool(2).acquire("big", 3, cancel=threading.Event())
+def test_processes_that_survived_sigkill_keep_their_indices_until_they_end() -> None:
+    stuck = subprocess.Popen(["sleep", "600"])
+    try:
+        pool = AcceleratorPool()
+        pool.claim("stuck", [0, 1])
+        pool.release("stuck", survivors=[stuck.pid])
+        assert pool.claim("next", [1], patience=0.3) == (
+            f"accelerator 1 of this node is still held by processes {stuck.pid} of job stuck, "
+            "which survived SIGKILL (stuck in the kernel)"
+        )
+    finally:
+        stuck.kill()
+        stuck.wait()
+    assert pool.claim("next", [1]) is None
 
 
 def fake_nvidia_smi(directory: Path, listing: str) -> None:

@@ -16,7 +16,9 @@ class RecordingClient:
     def __init__(self) -> None:
         self.uploads: list[tuple[str, dict[str, bytes]]] = []
 
-    def upload_checkpoint(self, job_id: str, name: str, node_id: str, archive: Path) -> None:
+    def upload_checkpoint(
+        self, job_id: str, name: str, node_id: str, archive: Path, node_index: int = 0
+    ) -> None:
         assert (job_id, node_id) == ("job-1", "node-1")
         self.uploads.append((name, unzip(archive)))
 

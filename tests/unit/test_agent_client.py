@@ -55,7 +55,7 @@ def test_a_503_with_retry_after_is_waited_out_before_the_next_try(
     state, url = server
     state.answers = [(503, STORAGE_UNAVAILABLE, {"Retry-After": "1"}), (200, {"status": "x"}, {})]
     client = ControlPlaneClient(url, "t0ken", retry_for=10)
-    assert client.report("job-1", {"type": "started"}) == "x"
+    assert client.report("job-1", {"type": "built"}) == {"status": "x"}
     first, second = state.times
     assert 1.0 <= second - first < 3.0  # not the 0.1 s of its own backoff
 
@@ -68,7 +68,7 @@ def test_a_retry_after_beyond_the_budget_gives_up_at_once_saying_what_the_server
     client = ControlPlaneClient(url, "t0ken", retry_for=5)
     started = time.monotonic()
     with pytest.raises(ApiUnavailable) as caught:
-        client.report("job-1", {"type": "started"})
+        client.report("job-1", {"type": "built"})
     assert time.monotonic() - started < 1.0
     assert caught.value.retry_after == 30
     assert "503 storage-unavailable: the artifact disk refuses writes (disk full)" in str(

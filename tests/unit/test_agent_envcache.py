@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 
 from node_agent.build import BuildCaches, BuildFailed, BuiltJob, JobBuild
 from node_agent.envcache import EnvCache, Python, environment_key, is_cacheable, python_info
+from node_agent.filelock import FileLock
+from node_agent.gitmirror import GitMirrors
 from node_agent.models import JobDirs, JobSpec
 from tests.support import build_wheel, git, make_repo
 from tests.unit.test_agent_build import Repo, commit_file
@@ -258,3 +261,36 @@ def _objects(mirror: Path) -> dict[str, int]:
 @pytest.fixture
 def repo(tmp_path: Path) -> Repo:
     return Repo(tmp_path)
+
+
+def test_jobs_of_one_repository_at_once_look_at_the_origin_once(
+    tmp_path: Path, repo: Repo
+) -> None:
+    mirrors = GitMirrors(tmp_path / "git-mirrors")
+    looks: list[str] = []
+
+    def run_git(args: Sequence[str], cwd: Path) -> tuple[int, list[str]]:
+        if args[0] in ("ls-remote", "fetch"):
+            looks.append(args[0])
+            time.sleep(0.2)  # the other jobs are waiting for the lock meanwhile
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+        return done.returncode, (done.stdout + done.stderr).splitlines()
+
+    def clone(index: int) -> None:
+        mirrors.clone(str(repo.path), tmp_path / f"clone-{index}", git=run_git,
+                      cancel=threading.Event())  # fmt: skip
+
+    clone(0)  # creates the mirror
+    threads = [threading.Thread(target=clone, args=(index,)) for index in range(1, 4)]
+    mirror = mirrors.path(str(repo.path))
+    with FileLock(mirrors.root / f"{mirror.name}.lock", threading.Event()):
+        for thread in threads:  # all three asked before any of them may look
+            thread.start()
+        time.sleep(0.3)
+    for thread in threads:
+        thread.join()
+    assert looks == ["ls-remote"]
+    newest = commit_file(repo.path, "train.py", "print('later')\n", "later")
+    clone(4)  # asked after the last look: it looks again, and fetches
+    assert looks == ["ls-remote", "ls-remote", "fetch"]
+    assert git(tmp_path / "clone-4", "rev-parse", "origin/main") == newest

@@ -83,7 +83,7 @@ def test_a_job_runs_as_the_job_user_and_reaches_none_of_the_agents_files(
         entry_point = ["train.py", str(agent_id), str(agent_dir / "agent.lock")]
         supervise(open_dir, plane, str(repo), entry_point=entry_point, settings=settings).join(60)
 
-    assert plane.reports("job-1") == ["started", "exited"], plane.log_text("job-1")
+    assert plane.reports("job-1") == ["built", "exited"], plane.log_text("job-1")
     assert plane.report_facts("job-1", "exited")["exit_code"] == 0
     log = plane.log_text("job-1")
     seen = json.loads(next(line[5:] for line in log.splitlines() if line.startswith("SEEN ")))

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from node_agent.launch import EntryPointNotFound, job_environment, resolve_entry_point
-from node_agent.models import JobDirs
+from node_agent.launch import (
+    EntryPointNotFound,
+    Placement,
+    build_environment,
+    job_environment,
+    resolve_entry_point,
+)
+from node_agent.models import MARKER_VARIABLE, JobDirs
+
+SINGLE = Placement(node_index=0, nnodes=1, accels=1, master_addr="127.0.0.1", master_port=29500)
+TORCHRUN = ["FLEXAI_NODE_INDEX", "NODE_RANK", "NNODES", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT"]  # fmt: skip
 
 
 @pytest.fixture
@@ -85,7 +96,8 @@ def test_a_repository_file_without_the_executable_bit_is_refused(dirs: JobDirs) 
 
 
 def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> None:
-    env = job_environment(dirs, {"LR": "0.1"}, [0, 2], base={"PATH": "/usr/bin", "HOME": "/h"})
+    base = {"PATH": "/usr/bin", "HOME": "/h"}
+    env = job_environment(dirs, {"LR": "0.1"}, [0, 2], SINGLE, base=base)
     assert env["FLEXAI_OUTPUT_DIR"] == str(dirs.output)
     assert env["FLEXAI_OUTPUT_CHECKPOINT_DIR"] == str(dirs.output_checkpoint)
     assert env["FLEXAI_INPUT_CHECKPOINT_DIR"] == str(dirs.input_checkpoint)
@@ -101,19 +113,47 @@ def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> Non
 
 def test_the_agents_token_never_reaches_the_job(dirs: JobDirs) -> None:
     base = {"FLEXAI_TOKEN": "secret", "FLEXAI_API_URL": "http://cp", "PATH": "/bin"}
-    env = job_environment(dirs, {}, [0], base=base)
+    env = job_environment(dirs, {}, [0], SINGLE, base=base)
     assert "FLEXAI_TOKEN" not in env
     assert "FLEXAI_API_URL" not in env
 
 
 def test_the_platforms_variables_win_over_the_users(dirs: JobDirs) -> None:
-    env = job_environment(
-        dirs, {"FLEXAI_OUTPUT_DIR": "/elsewhere", "CUDA_VISIBLE_DEVICES": "7"}, [1], base={}
-    )
+    users = {"FLEXAI_OUTPUT_DIR": "/elsewhere", "CUDA_VISIBLE_DEVICES": "7", "NODE_RANK": "3",
+             MARKER_VARIABLE: "someone-else's"}  # fmt: skip
+    env = job_environment(dirs, users, [1], SINGLE, base={MARKER_VARIABLE: "the agent's"})
     assert env["FLEXAI_OUTPUT_DIR"] == str(dirs.output)
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["NODE_RANK"] == "0"
+    assert env[MARKER_VARIABLE] == dirs.marker
 
 
 def test_an_agent_confined_to_some_gpus_hands_out_those_gpus(dirs: JobDirs) -> None:
-    env = job_environment(dirs, {}, [1], base={"CUDA_VISIBLE_DEVICES": "2,3"})
+    env = job_environment(dirs, {}, [1], SINGLE, base={"CUDA_VISIBLE_DEVICES": "2,3"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+def test_a_single_node_job_finds_torchruns_variables_for_one_node(dirs: JobDirs) -> None:
+    env = job_environment(dirs, {}, [0, 1, 2, 3], replace(SINGLE, accels=4), base={})
+    assert {key: env[key] for key in TORCHRUN} == {
+        "FLEXAI_NODE_INDEX": "0", "NODE_RANK": "0", "NNODES": "1", "LOCAL_WORLD_SIZE": "4",
+        "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500",
+    }  # fmt: skip
+
+
+def test_each_node_of_a_multi_node_job_finds_its_rank_and_the_rendezvous(dirs: JobDirs) -> None:
+    second = Placement(node_index=1, nnodes=2, accels=8, master_addr="10.0.0.5", master_port=4242)
+    env = job_environment(dirs, {}, list(range(8)), second, base={})
+    assert {key: env[key] for key in TORCHRUN} == {
+        "FLEXAI_NODE_INDEX": "1", "NODE_RANK": "1", "NNODES": "2", "LOCAL_WORLD_SIZE": "8",
+        "WORLD_SIZE": "16", "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "4242",
+    }  # fmt: skip
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+
+
+def test_the_build_steps_carry_the_jobs_marker_too(dirs: JobDirs) -> None:
+    assert build_environment(dirs, base={"FLEXAI_TOKEN": "secret"}) == {
+        "HOME": str(dirs.home),
+        "XDG_CONFIG_HOME": str(dirs.home / ".config"),
+        MARKER_VARIABLE: dirs.marker,
+    }

@@ -31,6 +31,7 @@ class LogStore:
         self.chunks: list[int] = []  # the sizes of the chunks taken
         self.retry_after = "0"
         self.times: list[float] = []  # when each request came
+        self.node_indices: set[int] = set()  # the log streams written to
         self.lock = threading.Lock()
 
     def append(self, offset: int, body: bytes) -> tuple[int, dict[str, object], dict[str, str]]:
@@ -79,7 +80,9 @@ def serve(store: LogStore) -> ThreadingHTTPServer:
         assert method == "POST"
         assert headers["Authorization"] == "Bearer t0ken"
         assert url.path == "/v1/agent/jobs/job-1/logs"
-        return store.append(int(parse_qs(url.query)["offset"][0]), body)
+        query = parse_qs(url.query)
+        store.node_indices.add(int(query["node_index"][0]))
+        return store.append(int(query["offset"][0]), body)
 
     return serve_json(answer)
 
@@ -116,10 +119,10 @@ def test_a_batch_that_is_full_ends_on_a_line_boundary(
     sizes: list[int] = []
     original = client.append_logs
 
-    def recording(job_id: str, offset: int, data: bytes) -> int:
+    def recording(job_id: str, offset: int, data: bytes, node_index: int) -> int:
         sizes.append(len(data))
         assert data.endswith(b"\n")
-        return original(job_id, offset, data)
+        return original(job_id, offset, data, node_index)
 
     client.append_logs = recording  # type: ignore[method-assign]
     shipper = LogShipper(client, "job-1", tmp_path / "job.log", max_batch=1000)
@@ -162,6 +165,50 @@ def test_everything_written_is_also_kept_in_the_local_log_file(
     shipper.write(b"partial line without newline")
     assert shipper.close(timeout=30)
     assert (tmp_path / "job.log").read_bytes() == b"[build] cloning\npartial line without newline"
+
+
+def test_what_the_job_appends_to_the_file_by_itself_is_shipped_on_its_nodes_stream(
+    tmp_path: Path, store: LogStore, client: ControlPlaneClient
+) -> None:
+    path = tmp_path / "job.log"
+    shipper = LogShipper(client, "job-1", path, flush_interval=0.01, node_index=1)
+    shipper.write_line("[agent] running train.py")
+    with path.open("ab") as job:  # the entry point holds the log file, not a pipe
+        job.write(b"epoch 1\n")
+        job.flush()
+        wait_until(lambda: bytes(store.data).endswith(b"epoch 1\n"))
+        job.write(b"epoch 2\n")
+    shipper.write_line("[agent] the entry point exited with code 0")
+    assert shipper.close(timeout=30)
+    assert bytes(store.data) == (
+        b"[agent] running train.py\nepoch 1\nepoch 2\n"
+        b"[agent] the entry point exited with code 0\n"
+    )
+    assert store.node_indices == {1}
+
+
+def test_an_agent_that_restarted_resumes_the_log_where_the_server_holds_it(
+    tmp_path: Path, store: LogStore, client: ControlPlaneClient
+) -> None:
+    path = tmp_path / "job.log"
+    lines = b"".join(f"line {i:05d}\n".encode() for i in range(1000))
+    path.write_bytes(lines)
+    store.data.extend(lines[:7000])  # shipped before the agent died
+    shipper = LogShipper(client, "job-1", path, max_batch=1000, resume=True)
+    shipper.write_line("[agent] found the job running again")
+    assert shipper.close(timeout=30)
+    assert bytes(store.data) == lines + b"[agent] found the job running again\n"
+    assert path.read_bytes() == bytes(store.data)  # not truncated
+    assert sum(store.chunks) <= len(store.data) - 7000 + 1000  # one batch resent at most
+
+
+def test_a_log_file_the_job_replaced_with_a_link_is_not_resumed(
+    tmp_path: Path, client: ControlPlaneClient
+) -> None:
+    (tmp_path / "secret").write_text("the agent's\n")
+    (tmp_path / "job.log").symlink_to(tmp_path / "secret")
+    with pytest.raises(OSError):
+        LogShipper(client, "job-1", tmp_path / "job.log", resume=True)
 
 
 def test_close_gives_up_after_its_timeout_when_the_server_is_gone(tmp_path: Path) -> None:

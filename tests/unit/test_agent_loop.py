@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -12,15 +15,22 @@ import pytest
 import node_agent.agent as agent_module
 from node_agent.agent import Agent, AgentSettings
 from node_agent.client import ApiError, ApiUnavailable, Listing
-from node_agent.models import Assignment, JobSpec
+from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec
+from node_agent.processes import marked_processes
 from node_agent.supervisor import SupervisorSettings
+from tests.support import wait_until
 
 
 class FakeSupervisor:
-    def __init__(self, assignment: Assignment, **_: Any) -> None:
+    def __init__(self, assignment: Assignment, adopting: bool = False, **_: Any) -> None:
         self.job_id = assignment.job_id
+        self.adopting = adopting
         self.calls: list[str] = []
+        self.updates: list[str] = []  # the statuses the agent passed on
         self.alive = True
+
+    def update(self, assignment: Assignment) -> None:
+        self.updates.append(assignment.status)
 
     def start(self) -> None:
         self.calls.append("start")
@@ -45,6 +55,8 @@ class FakeClient:
         self.registrations = 0
         self.reports: list[tuple[str, dict[str, Any]]] = []
         self.polls = 0
+        self.etag = ""
+        self.asked_since: list[str | None] = []
 
     def register(self, name: str, accels: int, accel_type: str, **_: Any) -> str:
         self.registrations += 1
@@ -61,7 +73,8 @@ class FakeClient:
         return self.listing
 
     def poll_assignments(self, node_id: str, since: Any = None, wait: float = 0.0) -> Listing:
-        return Listing(self.assignments(node_id), "")  # a control plane without long polls
+        self.asked_since.append(since)
+        return Listing(self.assignments(node_id), self.etag)  # "": no long polls
 
     def report(self, job_id: str, report: dict[str, Any], retry_for: Any = None) -> str:
         self.reports.append((job_id, report))
@@ -108,15 +121,56 @@ def test_a_new_building_job_gets_a_supervisor_once(agent: Agent, client: FakeCli
     agent.poll_once()
     agent.poll_once()
     assert supervisor(agent, "job-1").calls == ["start"]
+    assert not supervisor(agent, "job-1").adopting
 
 
-def test_a_stop_in_progress_reaches_the_jobs_supervisor(agent: Agent, client: FakeClient) -> None:
+def test_each_answer_reaches_the_jobs_supervisor_a_stop_and_the_go_included(
+    agent: Agent, client: FakeClient
+) -> None:
     client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    client.listing = [assignment("job-1", "in progress")]
     agent.poll_once()
     client.listing = [assignment("job-1", "stop in progress")]
     agent.poll_once()
-    assert supervisor(agent, "job-1").calls == ["start", "stop"]
+    assert supervisor(agent, "job-1").updates == ["in progress", "stop in progress"]
     assert client.reports == []
+
+
+@pytest.mark.parametrize("status", ["in progress", "stop in progress"])
+def test_a_running_job_no_supervisor_follows_is_found_again_by_one(
+    agent: Agent, client: FakeClient, status: str
+) -> None:
+    client.listing = [assignment("job-1", status)]
+    agent.poll_once()
+    assert supervisor(agent, "job-1").calls == ["start"]
+    assert supervisor(agent, "job-1").adopting  # it decides: follow, or report the end
+    assert client.reports == []
+
+
+def test_at_start_the_processes_of_jobs_no_longer_listed_are_ended_and_no_others(
+    agent: Agent, client: FakeClient, tmp_path: Path
+) -> None:
+    def sleeper(marker: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, MARKER_VARIABLE: marker}
+        return subprocess.Popen(["sleep", "600"], env=env, start_new_session=True)
+
+    orphan = sleeper(JobDirs.for_job(tmp_path, "gone").marker)
+    listed = sleeper(JobDirs.for_job(tmp_path, "job-1").marker)
+    another_agents = sleeper(JobDirs.for_job(tmp_path / "other", "gone").marker)
+    try:
+        wait_until(lambda: marked_processes().keys() >= {orphan.pid, listed.pid})
+        client.listing = [assignment("job-1", "in progress")]
+        agent.poll_once()
+        assert orphan.wait(10) == -signal.SIGTERM
+        assert listed.poll() is None and another_agents.poll() is None
+        client.listing = []
+        agent.poll_once()  # once, at start only
+        assert listed.poll() is None
+    finally:
+        for process in (orphan, listed, another_agents):
+            process.kill()
+            process.wait()
 
 
 def test_a_finished_job_still_listed_by_a_stale_answer_is_not_started_again(
@@ -139,6 +193,20 @@ def test_a_job_no_longer_listed_for_two_polls_is_aborted(agent: Agent, client: F
     assert supervisor(agent, "job-1").calls == []
     agent.poll_once()
     assert supervisor(agent, "job-1").calls == ["abort"]
+
+
+def test_a_job_missing_from_an_answer_is_asked_about_again_at_once(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.etag = "listed"
+    client.listing = [assignment("job-1", "in progress")]
+    agent.poll_once()
+    agent.poll_once()  # a long poll: it waits for a change since "listed"
+    client.etag, client.listing = "gone", []
+    assert agent.poll_once()  # a change: the next poll follows at once...
+    agent.poll_once()  # ...and does not wait on the control plane
+    assert client.asked_since == [None, "listed", "listed", None]
+    assert supervisor(agent, "job-1").calls == ["start", "abort"]
 
 
 def test_an_unknown_node_registers_again(agent: Agent, client: FakeClient) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from email.message import Message
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -23,8 +23,7 @@ from node_agent.main import main
 from tests.support import alive, job_repo, serve_json, server_url, wait_until
 
 NEXT_STATUS = {
-    "enqueued": "enqueued",
-    "started": "in progress",
+    "built": "in progress",  # every job gets accelerator 0 at once
     "build_failed": "failed",
     "failed": "failed",
     "stopped": "stopped",
@@ -54,8 +53,10 @@ class ControlPlane:
         self.reports_tried_after_taken = 0
         self.lock = threading.Lock()
 
-    def add_job(self, job_id: str, status: str, entry_point: list[str], url: str) -> None:
-        spec = {"repository_url": url, "entry_point": entry_point, "accels": 1, "nodes": 1}
+    def add_job(
+        self, job_id: str, status: str, entry_point: list[str], url: str, **spec: Any
+    ) -> None:
+        spec = {"repository_url": url, "entry_point": entry_point, "accels": 1, "nodes": 1, **spec}
         self.jobs[job_id] = {"job_id": job_id, "name": job_id, "status": status, "spec": spec}
 
     def status(self, job_id: str) -> str:
@@ -66,7 +67,8 @@ class ControlPlane:
         with self.lock:
             return self.logs.get(job_id, bytearray()).decode()
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, url: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        path, query = urlparse(url).path, parse_qs(urlparse(url).query)
         parts = path.strip("/").split("/")[2:]  # after v1/agent
         with self.lock:
             if self.taken:
@@ -83,9 +85,14 @@ class ControlPlane:
                 return 200, {"assignments": listed}
             if parts[-1:] == ["reports"]:
                 return self.report(parts[1], json.loads(body))
-            if parts[-1:] == ["logs"]:
-                self.logs.setdefault(parts[1], bytearray()).extend(body)
-                return 200, {"size": len(self.logs[parts[1]])}
+            if parts[-1:] == ["logs"]:  # appended once at its offset, as the server does
+                held = self.logs.setdefault(parts[1], bytearray())
+                offset = int(query["offset"][0])
+                if offset > len(held):
+                    return 409, {"type": "https://flexai.dev/problems/log-offset-mismatch",
+                                 "expected_offset": len(held)}  # fmt: skip
+                held.extend(body[len(held) - offset :])
+                return 200, {"size": len(held)}
             if method == "PUT":
                 self.uploads.append("/".join(parts))
                 return 200, {"size": len(body)}
@@ -106,7 +113,9 @@ class ControlPlane:
             job["status"] = "succeeded" if report["exit_code"] == 0 else "failed"
         else:
             job["status"] = NEXT_STATUS[kind]
-        return 200, {"status": job["status"]}
+        if kind == "built":
+            job["accelerators"] = [0]
+        return 200, {"status": job["status"], "accelerators": job.get("accelerators")}
 
 
 @pytest.fixture
@@ -117,7 +126,7 @@ def plane() -> Iterator[tuple[ControlPlane, str]]:
         if headers.get("Authorization") != f"Bearer {state.token}":
             unauthorized = "https://flexai.dev/problems/unauthorized"
             return 401, {"type": unauthorized, "detail": "bad token"}
-        return state.handle(method, urlparse(path).path, body)
+        return state.handle(method, path, body)
 
     server = serve_json(answer)
     yield state, server_url(server)
@@ -186,7 +195,8 @@ def test_the_agent_runs_an_assigned_job_to_success_and_stops_on_sigterm(
     tmp_path: Path, plane: tuple[ControlPlane, str]
 ) -> None:
     state, url = plane
-    state.add_job("job-1", "building", ["train.py"], str(job_repo(tmp_path, "print('trained')\n")))
+    train = "import os\nopen(os.environ['FLEXAI_OUTPUT_DIR'] + '/w', 'w')\nprint('trained')\n"
+    state.add_job("job-1", "building", ["train.py"], str(job_repo(tmp_path, train)))
     agent = start_agent(tmp_path, url)
     wait_until(lambda: state.status("job-1") == "succeeded")
     assert "trained" in state.log_text("job-1")
@@ -280,7 +290,100 @@ def test_jobs_listed_for_the_node_that_no_supervisor_knows_are_settled(
     wait_until(lambda: state.status("was-stopping") == "stopped")
     failed = next(r for r in state.reports if r["job_id"] == "was-running")
     assert failed["code"] == "node_lost"
+    assert failed["message"] == (
+        "the node agent restarted and found no process of the job and no exit code: it ended "
+        "while the agent was down"
+    )
     terminate(agent)
+
+
+# Ticks until the flag file exists (a minute at most), then exits with code 3.
+TICKING_JOB = """
+import os, pathlib, sys, time
+print("PID", os.getpid(), flush=True)
+for tick in range(600):
+    if pathlib.Path(os.environ["FLAG"]).exists():
+        break
+    print("tick", tick, flush=True)
+    time.sleep(0.1)
+print("done", flush=True)
+sys.exit(3)
+"""
+
+
+def ticking_job_of_a_killed_agent(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> tuple[ControlPlane, int, Path]:
+    """job-1, which ticks until its flag file exists, left by an agent killed with SIGKILL (no
+    chance to end anything); the job's pid, its flag."""
+    state, url = plane
+    flag = tmp_path / "flag"
+    repo = job_repo(tmp_path, TICKING_JOB)
+    state.add_job("job-1", "building", ["train.py"], str(repo), env={"FLAG": str(flag)})
+    agent = start_agent(tmp_path, url)
+    wait_until(lambda: "tick 3" in state.log_text("job-1"))
+    agent.kill()
+    agent.communicate(timeout=20)
+    return state, int(state.log_text("job-1").split("PID ")[1].split()[0]), flag
+
+
+def ticks(log: str) -> list[int]:
+    return [int(line.split()[1]) for line in log.splitlines() if line.startswith("tick ")]
+
+
+def test_a_job_outlives_its_agents_death_and_a_new_agent_follows_it_to_its_end(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, pid, flag = ticking_job_of_a_killed_agent(tmp_path, plane)
+    assert alive(pid)
+    shipped = ticks(state.log_text("job-1"))[-1]
+    wait_until(lambda: ticks((tmp_path / "agent/jobs/job-1/job.log").read_text())[-1] > shipped)
+    again = start_agent(tmp_path, url=plane[1])
+    wait_until(lambda: "found the job running" in state.log_text("job-1"))
+    wait_until(lambda: ticks(state.log_text("job-1"))[-1] > shipped + 5)  # output keeps coming
+    flag.write_text("end")
+    wait_until(lambda: state.status("job-1") == "failed")
+    assert state.reports[-1]["type"] == "exited"
+    assert state.reports[-1]["exit_code"] == 3
+    log = state.log_text("job-1")
+    assert ticks(log) == list(range(len(ticks(log))))  # nothing lost, nothing twice
+    assert "done\n[agent] the entry point exited with code 3" in log
+    code, stderr = terminate(again)
+    assert code == 0
+    assert "job job-1 (job-1): found again" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_a_job_that_ended_while_its_agent_was_down_is_reported_with_its_exit_code(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, pid, flag = ticking_job_of_a_killed_agent(tmp_path, plane)
+    flag.write_text("end")
+    wait_until(lambda: not alive(pid))
+    again = start_agent(tmp_path, url=plane[1])
+    wait_until(lambda: state.status("job-1") == "failed")
+    assert [r["type"] for r in state.reports] == ["built", "exited"]
+    assert state.reports[-1]["exit_code"] == 3
+    log = state.log_text("job-1")
+    assert log.endswith(
+        "done\n[agent] the job ended while the node agent was down\n"
+        "[agent] the entry point exited with code 3\n"
+    )
+    terminate(again)
+
+
+def test_processes_of_a_job_no_longer_listed_for_the_node_are_ended_when_the_agent_starts(
+    tmp_path: Path, plane: tuple[ControlPlane, str]
+) -> None:
+    state, pid, _ = ticking_job_of_a_killed_agent(tmp_path, plane)
+    with state.lock:
+        state.jobs["job-1"]["status"] = "failed"  # say, the node was lost meanwhile
+    again = start_agent(tmp_path, url=plane[1])
+    wait_until(lambda: not alive(pid))
+    code, stderr = terminate(again)
+    assert code == 0
+    assert f"ending process {pid} of job job-1: it outlived an earlier agent" in stderr
+    assert state.reports == [state.reports[0]]  # the built report; nothing since
 
 
 def test_an_unreachable_server_fails_at_start_with_one_clear_line(

@@ -327,9 +327,33 @@ def test_logs_write_the_bytes_as_they_are(
 ) -> None:
     raw = b"step 1 loss=0.5\n\xff\x00 not utf-8\r\nlast line without newline"
     plane.answer("GET", "/v1/jobs/my-job/logs", 200, raw, "text/plain")
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "in progress", "nodes": 1})
     assert main(["training", "logs", "my-job"]) == 0
     assert capsysbinary.readouterr().out == raw
-    assert plane.seen[0].query == {"offset": ["0"], "follow": ["false"]}
+    [logs] = [seen for seen in plane.seen if seen.path.endswith("/logs")]
+    assert logs.query == {"offset": ["0"], "follow": ["false"]}
+
+
+def test_logs_of_a_multi_node_job_prefix_each_line_with_its_node_index(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        node = seen.query.get("node_index", ["0"])[0]
+        send(handler, 200, "text/plain", f"rank {node} up\nrank {node} done".encode())
+
+    plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
+    placements = [{"index": 0}, {"index": 1}]
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "succeeded", "nodes": 2,
+                                                 "placements": placements})  # fmt: skip
+    assert main(["training", "logs", "my-job"]) == 0
+    assert capsysbinary.readouterr().out.splitlines() == [
+        b"[0] rank 0 up", b"[0] rank 0 done", b"[1] rank 1 up", b"[1] rank 1 done",
+    ]  # fmt: skip
+    assert main(["training", "logs", "my-job", "-f"]) == 0
+    followed = capsysbinary.readouterr().out.splitlines()
+    assert sorted(followed) == [b"[0] rank 0 done", b"[0] rank 0 up", b"[1] rank 1 done",
+                                b"[1] rank 1 up"]  # fmt: skip
+    assert followed.index(b"[1] rank 1 up") < followed.index(b"[1] rank 1 done")
 
 
 def test_following_logs_resumes_at_the_byte_reached_after_a_dropped_connection(
@@ -365,7 +389,7 @@ def test_following_logs_resumes_when_the_server_ends_the_stream_of_a_running_job
     def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         send(handler, 200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else b"")
 
-    statuses = iter(["in progress", "succeeded"])
+    statuses = iter(["in progress", "in progress", "succeeded"])
 
     def job(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
         send(handler, 200, "application/json", json.dumps({"status": next(statuses)}).encode())
@@ -380,7 +404,7 @@ def test_following_logs_resumes_when_the_server_ends_the_stream_of_a_running_job
 def test_logs_of_an_unknown_job_is_one_error_line(
     plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plane.problem("GET", "/v1/jobs/nope/logs", 404, "job-not-found", "no job named nope")
+    plane.problem("GET", "/v1/jobs/nope", 404, "job-not-found", "no job named nope")
     assert main(["training", "logs", "nope", "-f"]) == 1
     assert one_error_line(capsys.readouterr().err) == "no job named nope"
 
@@ -393,6 +417,7 @@ def test_fetch_writes_output_0_zip_and_reports_it(
 ) -> None:
     archive = b"PK\x03\x04" + bytes(range(256)) * 40
     plane.answer("GET", "/v1/jobs/my-job/outputs/0", 200, archive, "application/zip")
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "succeeded", "placements": [{}]})
     target_dir = tmp_path / "out"
     assert main(["training", "fetch", "my-job", "--output-dir", str(target_dir)]) == 0
     target = target_dir / "output_0.zip"
@@ -406,6 +431,7 @@ def test_fetch_without_output_leaves_no_file(
     plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plane.problem("GET", "/v1/jobs/my-job/outputs/0", 404, "not-found", "my-job has no output yet")
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "succeeded", "placements": [{}]})
     assert main(["training", "fetch", "my-job", "--output-dir", str(tmp_path)]) == 1
     assert one_error_line(capsys.readouterr().err) == "my-job has no output yet"
     assert list(tmp_path.iterdir()) == []

@@ -201,6 +201,8 @@ def test_inspect_view_shows_spec_failure_timestamps_and_history(utc: None) -> No
         "    HF_TOKEN: hf-token",
         "  datasets: -",
         "  checkpoint: -",
+        "  time limit: -",
+        "  stop grace: -",
         "node: gpu-1",
         "accelerators: 0",
         "timestamps:",
@@ -245,6 +247,36 @@ def test_inspect_view_says_why_logs_are_missing_and_where_they_are(utc: None) ->
         "  reason: cannot store log bytes (Read-only file system); kept on gpu-1 at /x/job.log",
         "  since: 2026-12-02 16:21:00",
     ]
+
+
+def test_inspect_view_says_why_an_enqueued_job_waits_and_where_it_stands_in_line() -> None:
+    waiting = {
+        "reason": "waits for 2 accelerators: gpu-1 has 0 of 4 free (held by big)",
+        "asked": {"accels": 2, "nodes": 1},
+        "nodes": [{"node": "gpu-1", "accels": 4, "free": 0, "alive": True,
+                   "held_by": [{"job": "big", "accelerators": [0, 1, 2, 3]}],
+                   "ahead": ["earlier"]}],
+        "place": 2,
+    }  # fmt: skip
+    text = render_job(dict(SAMPLE_JOB, status="enqueued", failure=None, waiting=waiting))
+    assert "\n".join([
+        "waiting:",
+        "  reason: waits for 2 accelerators: gpu-1 has 0 of 4 free (held by big)",
+        "  asked for: 2 accelerator(s) on each of 1 node(s)",
+        "  nodes:",
+        "    - gpu-1: 0 of 4 free; held by big 0,1,2,3; ahead in line: earlier",
+        "  place in line: 2",
+    ]) in text  # fmt: skip
+
+
+def test_the_jobs_table_gets_a_reason_column_only_when_a_job_waits(utc: None) -> None:
+    quiet = [{"name": "a", "status": "succeeded", "accels": 1, "nodes": 1}]
+    assert "REASON" not in render_jobs_table(quiet)
+    waiting = [*quiet, {"name": "b", "status": "scheduling", "accels": 1, "nodes": 2,
+                        "reason": "waits for 2 live nodes with 1 accelerator; " + "x" * 80}]
+    table = render_jobs_table(waiting).splitlines()
+    assert table[0].split()[-1] == "REASON"
+    assert table[2].endswith("\u2026") and "waits for 2 live nodes" in table[2]
 
 
 def test_inspect_view_survives_a_minimal_answer() -> None:

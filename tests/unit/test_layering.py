@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 DOMAIN = Path(__file__).resolve().parents[2] / "domain"
-MODEL_MODULES = ("model.py", "scheduling.py", "values.py")
+MODEL_MODULES = ("model.py", "scheduling.py", "values.py", "datasets.py")
 
 
 def imported_modules(source: str) -> set[str]:

@@ -34,6 +34,23 @@ NODE = agent("gpu-node-1")
 Command = Callable[[TrainingJob], None]
 
 
+def _built(job: TrainingJob) -> None:
+    if job.status == "building" and not job.all_built:
+        job.record_built(0, "c0ffee", None, by=NODE)
+
+
+def _start(job: TrainingJob) -> None:
+    """The control plane starts a job once its node is built."""
+    _built(job)
+    job.start("c0ffee", [0, 1], by=scheduler())
+
+
+def _enqueue(job: TrainingJob) -> None:
+    """Built, but the accelerators are busy: the control plane lines it up."""
+    _built(job)
+    job.enqueue("c0ffee", by=scheduler())
+
+
 def _fail_build(job: TrainingJob) -> None:
     job.fail_build("revision_not_found", "revision 'v9' not found", commit=None, by=NODE)
 
@@ -45,9 +62,8 @@ COMMANDS: dict[str, tuple[str, set[str], Command]] = {
                lambda job: job.assign("node-1", "gpu-node-1", by=scheduler())),
     "reject": ("rejected", {"scheduling"},
                lambda job: job.reject("no_node_meets_request", "too big", by=scheduler())),
-    "enqueue": ("enqueued", {"building"}, lambda job: job.enqueue("c0ffee", by=NODE)),
-    "start": ("in progress", {"building", "enqueued"},
-              lambda job: job.start("c0ffee", [0, 1], by=NODE)),
+    "enqueue": ("enqueued", {"building"}, _enqueue),
+    "start": ("in progress", {"building", "enqueued"}, _start),
     "fail_build": ("failed", {"building"}, _fail_build),
     "requeue": ("scheduling", {"enqueued"}, lambda job: job.requeue("node lost", by=scheduler())),
     "exit_0": ("succeeded", {"in progress"}, lambda job: job.finish(0, by=NODE)),
@@ -113,8 +129,9 @@ def test_every_transition_of_the_spec_is_allowed(status: str, command: str) -> N
     target, _, run = COMMANDS[command]
     run(job)
     assert job.status == target
-    [recorded] = job.collect_events()
+    *before, recorded = job.collect_events()
     assert EVENT_STATUS[type(recorded).__name__] == target
+    assert all(type(event).__name__ == "Built" for event in before)  # changes no status
 
 
 @pytest.mark.parametrize(
@@ -237,22 +254,25 @@ def test_events_record_whether_a_user_the_scheduler_or_an_agent_caused_them() ->
     job = new_job()
     job.begin_scheduling(by=scheduler())
     job.assign("node-1", "gpu-node-1", by=scheduler())
-    job.start("c0ffee", [0], by=agent("gpu-node-1"))
+    job.record_built(0, "c0ffee", None, by=agent("gpu-node-1"))
+    job.start("c0ffee", [0], by=scheduler())
     job.request_stop(by=user("alice"))
     by = [(type(e).__name__, e.by) for e in job.collect_events()]  # type: ignore[attr-defined]
     assert by == [
         ("Submitted", {"kind": "user", "id": "alice"}),
         ("SchedulingStarted", {"kind": "scheduler", "id": "scheduler"}),
         ("NodeAssigned", {"kind": "scheduler", "id": "scheduler"}),
-        ("Started", {"kind": "agent", "id": "gpu-node-1"}),
+        ("Built", {"kind": "agent", "id": "gpu-node-1"}),
+        ("Started", {"kind": "scheduler", "id": "scheduler"}),
         ("StopRequested", {"kind": "user", "id": "alice"}),
     ]
 
 
 def test_events_carry_the_facts_behind_them() -> None:
     job = job_at("building")
-    job.start("c0ffee", [2, 3], by=NODE)
-    [started] = job.collect_events()
+    job.record_built(0, "c0ffee", None, by=NODE)
+    job.start("c0ffee", [2, 3], by=scheduler())
+    [_, started] = job.collect_events()
     assert started.commit == "c0ffee"  # type: ignore[attr-defined]
     assert started.accelerators == [2, 3]  # type: ignore[attr-defined]
     assert started.timestamp is not None

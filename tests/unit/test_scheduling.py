@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from domain.scheduling import Assign, Decision, NodeCapacity, Reject, Wait, choose_node
 
@@ -47,27 +49,79 @@ def test_when_only_offline_nodes_are_big_enough_the_job_waits_then_is_rejected()
     assert "offline" in decision.message and "restart its agent" in decision.message
 
 
+def placed(decision: Decision) -> list[str]:
+    assert isinstance(decision, Assign), decision
+    return [node.name for node in decision.nodes]
+
+
 @pytest.mark.parametrize("order", [1, -1])
 def test_the_live_node_with_most_free_accelerators_is_chosen(order: int) -> None:
     candidates = [node("busy", 8, busy=6), node("free", 8, busy=1), node("half", 8, busy=4)]
-    assert choose(2, candidates[::order]) == Assign("id-free", "free")
+    assert placed(choose(2, candidates[::order])) == ["free"]
 
 
 def test_offline_nodes_are_skipped_however_free() -> None:
     candidates = [node("idle-but-offline", 8, alive=False), node("live", 8, busy=7)]
-    assert choose(1, candidates) == Assign("id-live", "live")
+    assert placed(choose(1, candidates)) == ["live"]
 
 
 def test_nodes_too_small_for_the_request_are_skipped() -> None:
     candidates = [node("small-and-free", 2), node("big", 8, busy=4)]
-    assert choose(4, candidates) == Assign("id-big", "big")
+    assert placed(choose(4, candidates)) == ["big"]
 
 
 def test_a_node_whose_accelerators_are_all_busy_still_takes_the_job_to_queue_it() -> None:
-    assert choose(8, [node("full", 8, busy=8)]) == Assign("id-full", "full")
+    assert placed(choose(8, [node("full", 8, busy=8)])) == ["full"]
 
 
-def test_a_multi_node_request_is_rejected_saying_to_use_one_node() -> None:
-    decision = choose(1, [node("big", 8)], nodes=2)
-    assert isinstance(decision, Reject)
-    assert "--nodes 1" in decision.message
+def test_a_multi_node_job_gets_that_many_distinct_nodes_the_freest_first() -> None:
+    candidates = [node("a", 8, busy=8), node("b", 8), node("c", 8, busy=2), node("tiny", 1)]
+    assert placed(choose(4, candidates, nodes=2)) == ["b", "c"]
+    assert placed(choose(4, candidates, nodes=3)) == ["b", "c", "a"]
+
+
+def test_a_multi_node_job_more_nodes_than_the_fleet_could_ever_give_is_rejected_at_once() -> None:
+    decision = choose(4, [node("a", 8), node("b", 8), node("tiny", 2)], nodes=3)
+    assert isinstance(decision, Reject) and decision.code == "no_node_meets_request"
+    assert "3 nodes with 4 accelerators each" in decision.message
+    assert "only 2 of the 3 registered nodes" in decision.message and "--nodes" in decision.message
+
+
+def test_a_multi_node_job_waits_for_enough_live_nodes_saying_how_many_are_live() -> None:
+    candidates = [node("a", 8), node("b", 8, alive=False)]
+    decision = choose(1, candidates, nodes=2)
+    assert isinstance(decision, Wait)
+    assert decision.reason == (
+        "waits for 2 live nodes with 1 accelerator; 1 of the 2 registered are live"
+    )
+    assert [n.name for n in decision.candidates] == ["a", "b"]
+    late = choose(1, candidates, nodes=2, waited_s=PATIENCE_S)
+    assert isinstance(late, Reject) and late.code == "no_node_available"
+    assert "only 1 of the 2 nodes" in late.message
+
+
+fleets = st.lists(
+    st.builds(NodeCapacity, node_id=st.uuids().map(str), name=st.from_regex(r"\An[0-9]{1,3}\Z"),
+              accels=st.integers(0, 16), busy_accels=st.integers(0, 40), alive=st.booleans()),
+    max_size=8, unique_by=lambda n: n.node_id,
+)  # fmt: skip
+
+
+@given(fleet=fleets, accels=st.integers(1, 16), nodes=st.integers(1, 4),
+       waited=st.floats(0, 2 * PATIENCE_S))  # fmt: skip
+def test_a_job_that_fits_the_live_fleet_is_placed_never_rejected_on_distinct_big_nodes(
+    fleet: list[NodeCapacity], accels: int, nodes: int, waited: float
+) -> None:
+    decision = choose(accels, fleet, waited_s=waited, nodes=nodes)
+    fits_now = sum(n.alive and n.accels >= accels for n in fleet) >= nodes
+    could_ever = sum(n.accels >= accels for n in fleet) >= nodes
+    if fits_now:
+        assert isinstance(decision, Assign)
+        assert len({n.node_id for n in decision.nodes}) == nodes
+        assert all(n.alive and n.accels >= accels for n in decision.nodes)
+    elif fleet and not could_ever:
+        assert isinstance(decision, Reject) and decision.code == "no_node_meets_request"
+    elif waited < PATIENCE_S:
+        assert isinstance(decision, Wait)
+    else:
+        assert isinstance(decision, Reject) and decision.code == "no_node_available"

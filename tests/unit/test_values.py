@@ -132,6 +132,9 @@ def test_the_model_refuses_agent_facts_out_of_bounds() -> None:
         job.start("c0ffee", [2**64], by=NODE)
     with pytest.raises(InvalidJobSpec, match="code"):
         job.fail_build("Bad Code", "x", None, by=NODE)
+    with pytest.raises(InvalidJobSpec, match="master_port"):
+        job.record_built(0, "c0ffee", 70000, by=NODE)
+    job.record_built(0, "c0ffee", None, by=NODE)
     job.start("c0ffee", [0], by=NODE)
     with pytest.raises(InvalidJobSpec, match="exit_code"):
         job.finish(2**40, by=NODE)

@@ -1,0 +1,190 @@
+"""The end of one job on this node: what it leaves is shipped, then how it ended is reported.
+
+The contract of ``docs/design.md``: every log line is shipped, the remaining checkpoints and the
+output directory are uploaded, and only then is the terminal report (``exited``, ``failed``,
+``stopped``, ``stop_failed``) sent, so a terminal status means the logs are complete. One
+exception: when the control plane cannot store logs, the end waits for them
+``log_drain_timeout`` seconds at most, then is reported anyway (the job must not sit
+``in progress`` after its process ended); the job has been told ``logs_unavailable`` by then,
+and its whole log stays in ``job.log`` on the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from node_agent.checkpoints import CheckpointWatcher, zip_tree
+from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.logship import LogShipper
+from node_agent.models import STOP_IN_PROGRESS, JobDirs
+from node_agent.reports import TRY_ONCE, Answer, JobReporter
+from node_agent.watch import Ended, stop_outcome, time_limit_message
+
+log = logging.getLogger("flexai.agent")
+
+LOST_WHILE_AWAY = (
+    "the node agent restarted and found no process of the job and no exit code: it ended "
+    "while the agent was down"
+)
+
+
+class JobEnding:
+    """One job's log, and its last word to the control plane; ``quiet``: the agent is going
+    away (or the job is no longer this node's), so nothing more is reported."""
+
+    def __init__(
+        self,
+        client: ControlPlaneClient,
+        dirs: JobDirs,
+        reporter: JobReporter,
+        *,
+        quiet: threading.Event,
+        flush_interval: float,
+        drain_timeout: float,
+        unavailable_after: float,
+    ) -> None:
+        self.client = client
+        self.dirs = dirs
+        self.reporter = reporter
+        self.job_id = reporter.job_id
+        self.quiet = quiet
+        self.flush_interval = flush_interval
+        self.drain_timeout = drain_timeout
+        """Seconds to wait for the logs to be shipped once the job is over, before reporting."""
+        self.unavailable_after = unavailable_after
+        """Seconds of failed log shipping before the job is told ``logs_unavailable``."""
+        self.logs: LogShipper | None = None
+
+    def open_logs(self, resume: bool) -> None:
+        """Ship the job's log: a new one, or (``resume``) the one a job that ran on while the
+        agent restarted appends to."""
+        self.logs = LogShipper(
+            self.client,
+            self.job_id,
+            self.dirs.log_file,
+            flush_interval=self.flush_interval,
+            unavailable_after=self.unavailable_after,
+            on_unavailable=self._report_logs_unavailable,
+            node_index=self.reporter.node_index,
+            resume=resume,
+        )
+
+    def say(self, line: str) -> None:
+        if self.logs is not None:
+            self.logs.write_line(line)
+
+    # -- the reports ---------------------------------------------------------------------
+
+    def report(
+        self, outcome: Ended, checkpoints: CheckpointWatcher, time_limit_s: int | None
+    ) -> None:
+        """Ship the logs, the last checkpoints and the outputs, then report how it ended."""
+        if outcome.stopped:
+            self.say(f"[agent] {stop_outcome(outcome.survivors)}")
+        self.ship_logs()
+        checkpoints.finish()
+        self._upload_outputs()
+        if outcome.stopped:
+            self._report_stop(outcome)
+        elif outcome.timed_out:
+            message = time_limit_message(time_limit_s or 0)
+            answer = self.reporter.failed("time_limit_exceeded", message)
+            self.stopped_if_refused(answer, outcome.exit_code)
+        elif outcome.exit_code is None:
+            answer = self.reporter.failed("node_lost", outcome.lost or LOST_WHILE_AWAY)
+            self.stopped_if_refused(answer)
+        else:
+            log.info("job %s: exited with code %d", self.job_id, outcome.exit_code)
+            answer = self.reporter.exited(outcome.exit_code)
+            self.stopped_if_refused(answer, outcome.exit_code)
+
+    def stopped_before_running(self) -> None:
+        """Stopped before the entry point ran: there is no exit code."""
+        if self.quiet.is_set():
+            return
+        self.say("[agent] stopped")
+        self.ship_logs()
+        self.reporter.stopped()
+
+    def failed(self, code: str, message: str, started: bool) -> None:
+        """The job cannot go on here (``build_failed`` until it ``started``, then ``failed``),
+        said in its log first."""
+        if self.quiet.is_set():
+            return
+        self.say(f"[agent] {message}")
+        self.ship_logs()
+        if started:
+            self.stopped_if_refused(self.reporter.failed(code, message))
+        else:
+            self.stopped_if_refused(self.reporter.build_failed(code, message, None))
+
+    def stopped_if_refused(self, answer: Answer, exit_code: int | None = None) -> None:
+        """A report refused because the user stopped the job meanwhile becomes ``stopped``
+        (with the exit code of an entry point that ended by itself as the stop came)."""
+        if not answer.accepted and answer.status == STOP_IN_PROGRESS:
+            self.reporter.stopped(exit_code)
+
+    def _report_stop(self, outcome: Ended) -> None:
+        if not outcome.survivors:
+            self.reporter.stopped(outcome.exit_code)
+            return
+        log.error("job %s: %s", self.job_id, stop_outcome(outcome.survivors))
+        self.reporter.stop_failed(stop_outcome(outcome.survivors))
+
+    # -- what the job leaves -------------------------------------------------------------
+
+    def ship_logs(self) -> None:
+        """Wait for the logs (at most ``drain_timeout`` s), then stop shipping them."""
+        logs, drain = self.logs, self.drain_timeout
+        if logs is None or logs.close(timeout=drain):
+            return
+        missing = logs.written - logs.acknowledged
+        log.error(
+            "job %s: %d bytes of its log were not shipped; the full log stays in %s",
+            self.job_id,
+            missing,
+            self.dirs.log_file,
+        )
+        if logs.reported_unavailable_at == logs.acknowledged:
+            return  # already said in the ledger
+        self._report_logs_unavailable(  # said in the ledger before the end is reported
+            f"the last {missing} bytes of the log could not be shipped within {drain:g} s; "
+            f"the full log stays on this node in {self.dirs.log_file}",
+            logs.acknowledged,
+            logs.written,
+        )
+
+    def _report_logs_unavailable(self, message: str, offset: int, written: int) -> bool:
+        if self.quiet.is_set():
+            return True
+        log.warning("job %s: %s", self.job_id, message)
+        reporter = JobReporter(self.client, self.reporter.node_id, self.job_id,
+                               give_up=TRY_ONCE, retry_for=2.0,
+                               node_index=self.reporter.node_index)  # fmt: skip
+        answer = reporter.logs_unavailable(message, offset, written)
+        return not answer.unreachable
+
+    def _upload_outputs(self) -> None:
+        if _is_empty(self.dirs.output):
+            return  # nothing to send: the control plane serves an ended job's as an empty zip
+        archive = self.dirs.scratch / "output.zip"
+        try:
+            zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
+            # Bounded like the logs: the job's end must be reported even if storage is down.
+            self.client.upload_outputs(self.job_id, self.reporter.node_index, archive,
+                                       retry_for=self.drain_timeout)  # fmt: skip
+        except (ApiError, ApiUnavailable, OSError) as error:
+            log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)
+        finally:
+            archive.unlink(missing_ok=True)
+
+
+def _is_empty(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False

@@ -1,0 +1,123 @@
+"""The scheduler's rounds against the real services (each store): placement, stops no node
+confirms, jobs past their time limit that their node did not end, and node leases."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from api.scheduler import Scheduler
+from api.services import Services, build_services
+from api.settings import Settings
+from domain.model import user
+from tests.integration.conftest import job_spec
+
+
+class Round:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.scheduler = Scheduler(services)
+        self.node_id, _ = services.jobs.register_node("gpu-1", 2, "cpu", address="127.0.0.1")
+        services.state.claim_node(self.node_id, "gpu-1", "agent-0123456789abcdef", 30)
+
+    def run(self, heartbeat: bool = True) -> None:
+        if heartbeat:  # the node's agent is alive
+            self.services.state.heartbeat(self.node_id)
+        self.scheduler._deadlines_at = 0  # every round checks deadlines here
+        self.scheduler.run_once()
+
+    def submit(self, name: str, **spec: Any) -> UUID:
+        job = {**job_spec(), **spec}
+        job_id = self.services.jobs.submit("alice", name, job, by=user("alice")).job_id
+        self.services.projector.catch_up()  # as the submit route does
+        return job_id
+
+    def report(self, job_id: UUID, kind: str, **facts: Any) -> None:
+        self.services.jobs.report(job_id, self.node_id,
+                                  {"node_id": self.node_id, "type": kind, **facts})  # fmt: skip
+        self.services.projector.catch_up()
+
+    def status(self, job_id: UUID) -> str:
+        self.services.projector.catch_up()
+        document = self.services.queries.job(str(job_id))
+        assert document is not None
+        return str(document["status"])
+
+    def document(self, job_id: UUID) -> dict[str, Any]:
+        document = self.services.queries.job(str(job_id))
+        assert document is not None
+        return document
+
+
+@pytest.fixture
+def rounds(database_url: str, tmp_path: Path) -> Iterator[Round]:
+    settings = Settings(data_dir=tmp_path / "data", database_url=database_url,
+                        stop_confirm_timeout_s=0.3, node_timeout_s=0.5)  # fmt: skip
+    services = build_services(settings)
+    services.projector.catch_up()
+    yield Round(services)
+    services.close()
+
+
+def test_a_round_places_a_job_and_a_built_one_runs_on_the_indices_it_was_given(
+    rounds: Round,
+) -> None:
+    job_id = rounds.submit("placed")
+    rounds.run()
+    assert rounds.status(job_id) == "building"
+    rounds.report(job_id, "built", commit="c0ffee")
+    assert rounds.status(job_id) == "in progress"
+    assert rounds.document(job_id)["placements"][0]["accelerators"] == [0]
+
+
+def test_a_stop_no_node_confirms_fails_after_its_grace_and_the_timeout(rounds: Round) -> None:
+    job_id = rounds.submit("unconfirmed", stop_grace_s=0)
+    rounds.run()
+    rounds.report(job_id, "built")
+    rounds.services.jobs.request_stop(job_id, by=user("alice"))
+    rounds.run()
+    assert rounds.status(job_id) == "stop in progress"
+    time.sleep(0.5)
+    rounds.run()
+    assert rounds.status(job_id) == "stop failed"
+    failure = rounds.document(job_id)["failure"]
+    assert "no node confirmed the stop within 0.3 s" in failure["message"]
+    assert "may still run on gpu-1" in failure["message"]
+
+
+def test_a_job_its_node_did_not_end_past_its_time_limit_fails_saying_so(rounds: Round) -> None:
+    job_id = rounds.submit("overdue", time_limit_s=1, stop_grace_s=0)
+    rounds.run()
+    rounds.report(job_id, "built")
+    rounds.run()
+    assert rounds.status(job_id) == "in progress"
+    time.sleep(1.5)
+    rounds.run()
+    assert rounds.status(job_id) == "failed"
+    failure = rounds.document(job_id)["failure"]
+    assert failure["code"] == "time_limit_exceeded"
+    assert "time limit of 1s and its node did not end it" in failure["message"]
+
+
+def test_a_node_silent_past_its_lease_loses_its_jobs_but_not_while_the_server_starts(
+    rounds: Round,
+) -> None:
+    job_id = rounds.submit("on-a-silent-node")
+    rounds.run()
+    rounds.report(job_id, "built")
+    time.sleep(0.7)  # the node falls silent; the server started as long ago
+    rounds.scheduler.started_at = datetime.now(UTC)
+    rounds.run(heartbeat=False)
+    assert rounds.status(job_id) == "in progress"  # a server just up gives agents time
+    rounds.scheduler.started_at = datetime.now(UTC) - timedelta(seconds=10)
+    rounds.run(heartbeat=False)
+    assert rounds.status(job_id) == "failed"
+    failure = rounds.document(job_id)["failure"]
+    assert failure["code"] == "node_lost"
+    assert failure["message"].startswith("node gpu-1 was lost: last heard of at")
