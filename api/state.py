@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +45,10 @@ class NodeTaken(Exception):
         )
 
 
+TOKEN_MEMORY_S = 5.0
+"""How long a server remembers a token it found (the ledger of tokens comes with users)."""
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -55,6 +60,7 @@ def now() -> datetime:
 class OperationalState:
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._known: dict[str, tuple[str, float]] = {}
         with database.transaction(write=True) as cursor:
             for statement in SCHEMA:
                 cursor.execute(statement)
@@ -68,10 +74,21 @@ class OperationalState:
             )
 
     def user_for(self, token: str) -> str | None:
+        """The user of a known token. Known tokens are remembered for a few seconds, so that
+        every request does not cost a query; unknown ones are asked again each time."""
+        token_hash = _hash(token)
+        known = self._known.get(token_hash)
+        if known is not None and known[1] > time.monotonic():
+            return known[0]
         with self.database.transaction() as cursor:
-            cursor.execute("SELECT user_id FROM api_tokens WHERE token_hash = ?", (_hash(token),))
+            cursor.execute("SELECT user_id FROM api_tokens WHERE token_hash = ?", (token_hash,))
             row = cursor.fetchone()
-        return str(row["user_id"]) if row else None
+        if row is None:
+            return None
+        if len(self._known) > 10_000:
+            self._known.clear()
+        self._known[token_hash] = (str(row["user_id"]), time.monotonic() + TOKEN_MEMORY_S)
+        return str(row["user_id"])
 
     def heartbeat(self, node_id: str) -> None:
         with self.database.transaction(write=True) as cursor:

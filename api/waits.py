@@ -21,11 +21,17 @@ SCHEMA = """CREATE TABLE IF NOT EXISTS job_waits (
 class Waits:
     def __init__(self, database: Database) -> None:
         self.database = database
+        self._written: dict[str, dict[str, Any]] | None = None
         with database.transaction(write=True) as cursor:
             cursor.execute(SCHEMA)
 
     def replace(self, waits: Mapping[str, dict[str, Any]]) -> None:
-        """The waiting jobs now, each ``{"reason": one line, ...detail}``; others are dropped."""
+        """The waiting jobs now, each ``{"reason": one line, ...detail}``; others are dropped.
+
+        A round that finds what the last one wrote writes nothing (no write transaction every
+        round of an idle scheduler)."""
+        if waits == self._written:
+            return
         at = datetime.now(UTC).isoformat()
         with self.database.transaction(write=True) as cursor:
             cursor.execute("SELECT job_id FROM job_waits")
@@ -40,6 +46,7 @@ class Waits:
                     "updated_at = excluded.updated_at",
                     (job_id, wait["reason"], json.dumps(wait), at),
                 )
+        self._written = dict(waits)
 
     def reasons(self, job_ids: Iterable[str]) -> dict[str, str]:
         wanted = list(job_ids)

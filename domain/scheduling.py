@@ -3,8 +3,11 @@
 Jobs are placed oldest first. A job goes to the live nodes big enough for it that will free
 their accelerators soonest (most free now, then fewest asked for by jobs already placed
 there), even when they are busy: it builds there meanwhile and waits ``enqueued`` in the
-node's line, first come, first served (:mod:`domain.allocation`). The accelerator indices are
-handed out by the ledger when the job starts, never here.
+node's line, first come, first served (:mod:`domain.allocation`). A node takes at most one
+node's worth of such jobs ahead of time (what jobs building or waiting there ask for stays
+within its accelerators), so that a burst of a thousand jobs is not a thousand builds at once:
+the others wait in ``scheduling`` for room, oldest first. The accelerator indices are handed
+out by the ledger when the job starts, never here.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ class NodeCapacity:
     @property
     def free_accels(self) -> int:
         return max(self.accels - self.busy_accels, 0)
+
+    def has_room(self, accels: int) -> bool:
+        """Whether a job asking for ``accels`` may line up here now: what jobs building or
+        waiting here ask for stays within the node's accelerators."""
+        return self.busy_accels - self.held + accels <= self.accels
 
     def taking(self, accels: int) -> NodeCapacity:
         """This node once a job asking for ``accels`` is placed on it."""
@@ -87,7 +95,12 @@ def choose_node(
         return Reject("no_node_meets_request", _never_fits(accels, nodes, candidates))
     live = [node for node in big_enough if node.alive]
     if len(live) >= nodes:
-        ranked = sorted(live, key=lambda node: (-node.free_accels, node.busy_accels, node.name))
+        roomy = [node for node in live if node.has_room(accels)]
+        if len(roomy) < nodes:  # it fits the fleet: it is never rejected, it waits its turn
+            lines = "has a full line" if len(live) == 1 else "have full lines"
+            return Wait(f"waits for its turn: the {_plural(len(live), 'live node')} big "
+                        f"enough {lines} of jobs waiting to run", tuple(live))  # fmt: skip
+        ranked = sorted(roomy, key=lambda node: (-node.free_accels, node.busy_accels, node.name))
         return Assign(tuple(ranked[:nodes]))
     if waited_s < patience_s:
         wanted = f"{_plural(nodes, 'live node')} with {_plural(accels, 'accelerator')}"

@@ -45,27 +45,61 @@ def job_processes(marker: str, pgid: int | None = None) -> list[int]:
     process's, any other agent only its own user's (a job run as another user by a non-root
     agent cannot happen).
     """
+    now = _uptime_ticks()
     return [
         pid
-        for pid, group in live_processes()
-        if group == pgid or (marker and marker_of(pid) == marker)
+        for pid, group, started in _live()
+        if group == pgid or (marker and _marker_of(pid, started, now) == marker)
     ]
 
 
 def marked_processes() -> dict[int, str]:
     """Every live process that holds a job marker, with its marker."""
-    found = {pid: marker_of(pid) for pid, _ in live_processes()}
+    now = _uptime_ticks()
+    found = {pid: _marker_of(pid, started, now) for pid, _, started in _live()}
     return {pid: marker for pid, marker in found.items() if marker}
 
 
 def live_processes() -> list[tuple[int, int]]:
     """``(pid, process group)`` of every process not yet dead (zombies are left out)."""
+    return [(pid, group) for pid, group, _ in _live()]
+
+
+def _live() -> list[tuple[int, int, int]]:
+    """``(pid, process group, start time in clock ticks since boot)`` of every live process."""
     found = []
-    for entry in _PROC.iterdir():
-        stat = _stat(entry.name) if entry.name.isdigit() else None
+    for name in os.listdir(_PROC):
+        stat = _stat(name) if name.isdigit() else None
         if stat is not None and stat[0] not in ("Z", "X"):
-            found.append((int(entry.name), int(stat[2])))
+            found.append((int(name), int(stat[2]), int(stat[19])))
     return found
+
+
+_UNMARKED: set[tuple[int, int]] = set()
+"""``(pid, start time)`` of processes seen without a marker while already a second old: a
+process's environment is fixed once it runs its program, so it is not read again (a scan of a
+busy host then reads each process's environment once, not on every scan). A younger one may
+still be between fork and exec, so it is read again next time."""
+_SETTLED_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _marker_of(pid: int, started: int, now: float) -> str | None:
+    if (pid, started) in _UNMARKED:
+        return None
+    marker = marker_of(pid)
+    if marker is None and now - started > _SETTLED_TICKS:
+        if len(_UNMARKED) > 100_000:
+            _UNMARKED.clear()
+        _UNMARKED.add((pid, started))
+    return marker
+
+
+def _uptime_ticks() -> float:
+    """Clock ticks since boot (0 when unknown: nothing is then taken as settled)."""
+    try:
+        return float((_PROC / "uptime").read_text().split()[0]) * _SETTLED_TICKS
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def is_alive(pid: int, marker: str) -> bool:

@@ -86,6 +86,9 @@ class SQLiteDatabase:
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA busy_timeout=30000")
+            # The views are rebuilt from the ledger, and their tracking position commits with
+            # them: a commit need not wait for the disk (the ledger's own commits still do).
+            connection.execute("PRAGMA synchronous=NORMAL")
             self._local.connection = connection
         return connection
 

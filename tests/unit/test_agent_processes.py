@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from node_agent import processes
+from node_agent.models import MARKER_VARIABLE
 from node_agent.processes import GroupProcess, exit_code, run_command
 from tests.support import STUBBORN_GROUP, alive
 
@@ -78,3 +83,32 @@ def test_a_cancelled_command_is_ended_and_returns_none(tmp_path: Path) -> None:
     )
     assert code is None
     assert time.monotonic() - started < 5
+
+
+def test_a_scan_reads_each_settled_unmarked_process_once_and_still_finds_new_marked_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scans of a busy host stay cheap: an old process without a marker is not read again."""
+    reads: list[int] = []
+    real = processes.marker_of
+
+    def counting(pid: int) -> str | None:
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(processes, "marker_of", counting)
+    monkeypatch.setattr(processes, "_UNMARKED", set())
+    processes.job_processes("no-such-job")
+    first = len(reads)
+    reads.clear()
+    processes.job_processes("no-such-job")
+    assert len(reads) < first  # the settled ones were not read again
+    env = {**os.environ, MARKER_VARIABLE: "a-job:0"}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env,
+                             start_new_session=True)  # fmt: skip
+    try:
+        time.sleep(0.2)
+        assert child.pid in processes.job_processes("a-job:0")
+    finally:
+        child.kill()
+        child.wait()

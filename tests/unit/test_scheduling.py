@@ -13,7 +13,7 @@ PATIENCE_S = 30.0
 
 def node(name: str, accels: int, busy: int = 0, alive: bool = True) -> NodeCapacity:
     return NodeCapacity(node_id=f"id-{name}", name=name, accels=accels, busy_accels=busy,
-                        alive=alive)  # fmt: skip
+                        alive=alive, held=busy)  # fmt: skip
 
 
 def choose(
@@ -71,7 +71,17 @@ def test_nodes_too_small_for_the_request_are_skipped() -> None:
 
 
 def test_a_node_whose_accelerators_are_all_busy_still_takes_the_job_to_queue_it() -> None:
-    assert placed(choose(8, [node("full", 8, busy=8)])) == ["full"]
+    running = NodeCapacity("id-full", "full", 8, busy_accels=8, alive=True, held=8)
+    assert placed(choose(8, [running])) == ["full"]
+
+
+def test_a_node_takes_one_nodes_worth_of_waiting_jobs_then_jobs_wait_for_room() -> None:
+    lined_up = NodeCapacity("id-full", "full", 8, busy_accels=16, alive=True, held=8)
+    decision = choose(1, [lined_up], waited_s=PATIENCE_S * 10)
+    assert isinstance(decision, Wait)  # never rejected: it fits, it waits its turn
+    assert decision.reason == (
+        "waits for its turn: the 1 live node big enough has a full line of jobs waiting to run"
+    )
 
 
 def test_a_multi_node_job_gets_that_many_distinct_nodes_the_freest_first() -> None:
@@ -102,7 +112,8 @@ def test_a_multi_node_job_waits_for_enough_live_nodes_saying_how_many_are_live()
 
 fleets = st.lists(
     st.builds(NodeCapacity, node_id=st.uuids().map(str), name=st.from_regex(r"\An[0-9]{1,3}\Z"),
-              accels=st.integers(0, 16), busy_accels=st.integers(0, 40), alive=st.booleans()),
+              accels=st.integers(0, 16), busy_accels=st.integers(0, 40), alive=st.booleans(),
+              held=st.integers(0, 16)),
     max_size=8, unique_by=lambda n: n.node_id,
 )  # fmt: skip
 
@@ -115,10 +126,14 @@ def test_a_job_that_fits_the_live_fleet_is_placed_never_rejected_on_distinct_big
     decision = choose(accels, fleet, waited_s=waited, nodes=nodes)
     fits_now = sum(n.alive and n.accels >= accels for n in fleet) >= nodes
     could_ever = sum(n.accels >= accels for n in fleet) >= nodes
-    if fits_now:
+    roomy_now = sum(n.alive and n.accels >= accels and n.has_room(accels) for n in fleet)
+    if roomy_now >= nodes:
         assert isinstance(decision, Assign)
         assert len({n.node_id for n in decision.nodes}) == nodes
-        assert all(n.alive and n.accels >= accels for n in decision.nodes)
+        assert all(n.alive and n.accels >= accels and n.has_room(accels)
+                   for n in decision.nodes)  # fmt: skip
+    elif fits_now:  # it fits, but the lines are full: it waits, never rejected
+        assert isinstance(decision, Wait) and "full line" in decision.reason
     elif fleet and not could_ever:
         assert isinstance(decision, Reject) and decision.code == "no_node_meets_request"
     elif waited < PATIENCE_S:
