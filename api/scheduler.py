@@ -30,6 +30,8 @@ from projections.db import is_unavailable
 
 log = logging.getLogger(__name__)
 DEADLINES_EVERY_S = 1.0
+ROUND_GAP_S = 0.02
+"""The least time between two rounds."""
 DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
 
@@ -47,11 +49,9 @@ class Scheduler:
         if services.projector.halted is not None:
             return  # its decisions could not be shown; health says why
         self._lose_silent_nodes()
-        for row in services.queries.jobs_in([Status.PENDING]):
-            self._try(services.jobs.begin_scheduling, UUID(row["id"]))
-        services.projector.catch_up()
         capacity = self._capacity()
         waits = self._place(capacity)
+        self._take_pending(capacity, fast=not waits)
         waits.update(self._explain_enqueued(capacity))
         services.waits.replace(waits)
         if time.monotonic() >= self._deadlines_at:
@@ -65,7 +65,8 @@ class Scheduler:
         services = self.services
         waits: dict[str, dict[str, Any]] = {}
         waiting = services.queries.jobs_in([Status.SCHEDULING])
-        for place, row in enumerate(waiting, start=1):
+        seen: dict[str, str] | None = None  # when each node was last heard of, read once
+        for row in waiting:
             waited = datetime.now(UTC) - datetime.fromisoformat(row["updated_at"])
             decision = choose_node(
                 row["accels"], row["nodes"], list(capacity.values()),
@@ -82,8 +83,30 @@ class Scheduler:
             elif isinstance(decision, Reject):
                 self._try(services.jobs.reject, job_id, decision.code, decision.message)
             else:
-                waits[row["id"]] = self._scheduling_wait(row, decision, place, len(waiting))
+                seen = services.state.last_seen() if seen is None else seen
+                waits[row["id"]] = _scheduling_wait(row, decision, seen)
         return waits
+
+    def _take_pending(self, capacity: dict[str, NodeCapacity], fast: bool) -> None:
+        """New jobs start scheduling; while no older job waits, one with room on nodes now is
+        placed in the same save (a burst of submissions is not two rounds each)."""
+        services = self.services
+        for row in services.queries.jobs_in([Status.PENDING]):
+            job_id = UUID(row["id"])
+            decision = None
+            if fast:
+                decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
+                                       0.0, services.settings.scheduling_patience_s)  # fmt: skip
+            if isinstance(decision, Assign):
+                nodes = [{"node_id": node.node_id, "node_name": node.name,
+                          "address": node.address} for node in decision.nodes]  # fmt: skip
+                if self._try(services.jobs.schedule_onto, job_id, decision.node_id,
+                             decision.node_name, nodes):  # fmt: skip
+                    for node in decision.nodes:
+                        capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
+                    continue
+            fast = False  # it waits: those after it wait behind it
+            self._try(services.jobs.begin_scheduling, job_id)
 
     def _capacity(self) -> dict[str, NodeCapacity]:
         services = self.services
@@ -100,22 +123,6 @@ class Scheduler:
         return capacity
 
     # -- why jobs wait ----------------------------------------------------------------------
-
-    def _scheduling_wait(
-        self, row: dict[str, Any], decision: Wait, place: int, of: int
-    ) -> dict[str, Any]:
-        seen = self.services.state.last_seen()
-        return {
-            "reason": decision.reason,
-            "asked": {"accels": row["accels"], "nodes": row["nodes"]},
-            "nodes": [
-                {"node": node.name, "accels": node.accels, "alive": node.alive,
-                 "last_heard": seen.get(node.node_id)}
-                for node in decision.candidates
-            ],  # fmt: skip
-            "place": place,
-            "of": of,
-        }
 
     def _explain_enqueued(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
         services = self.services
@@ -207,6 +214,9 @@ class Scheduler:
         wakeup = self.services.settings.scheduler_interval_s
         while not self._stop.is_set():
             self.services.scheduler_wakeup.wait(wakeup)
+            # Wake-ups that come while a round runs, or right after, make one more round:
+            # a burst of reports is not a round each.
+            self._stop.wait(ROUND_GAP_S)
             self.services.scheduler_wakeup.clear()
             try:
                 self.run_once()
@@ -221,6 +231,20 @@ class Scheduler:
         self.services.scheduler_wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def _scheduling_wait(row: dict[str, Any], decision: Wait, seen: dict[str, str]) -> dict[str, Any]:
+    """Why a job not placed yet waits (its place among them is counted when it is read: it
+    moves with every job placed before it)."""
+    return {
+        "reason": decision.reason,
+        "asked": {"accels": row["accels"], "nodes": row["nodes"]},
+        "nodes": [
+            {"node": node.name, "accels": node.accels, "alive": node.alive,
+             "last_heard": seen.get(node.node_id)}
+            for node in decision.candidates
+        ],  # fmt: skip
+    }
 
 
 def _node_wait(

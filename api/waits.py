@@ -33,12 +33,16 @@ class Waits:
         if waits == self._written:
             return
         at = datetime.now(UTC).isoformat()
+        written = self._written or {}
         with self.database.transaction(write=True) as cursor:
-            cursor.execute("SELECT job_id FROM job_waits")
-            gone = {row["job_id"] for row in cursor.fetchall()} - set(waits)
-            for job_id in gone:
+            if self._written is None:  # first round of this server: other rows may be stale
+                cursor.execute("SELECT job_id FROM job_waits")
+                written = {row["job_id"]: {} for row in cursor.fetchall()}
+            for job_id in set(written) - set(waits):
                 cursor.execute("DELETE FROM job_waits WHERE job_id = ?", (job_id,))
             for job_id, wait in waits.items():
+                if written.get(job_id) == wait:
+                    continue
                 cursor.execute(
                     "INSERT INTO job_waits (job_id, reason, detail, updated_at) "
                     "VALUES (?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "

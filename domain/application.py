@@ -186,6 +186,17 @@ class TrainingJobs(Application[UUID]):
                                    by=scheduler()),  # fmt: skip
         )
 
+    def schedule_onto(
+        self, job_id: UUID, node_id: str, node_name: str, nodes: list[dict[str, Any]]
+    ) -> Outcome:
+        """A pending job that has room on nodes now: scheduled and placed in one save."""
+
+        def command(job: TrainingJob) -> None:
+            job.begin_scheduling(by=scheduler())
+            job.assign(node_id=node_id, node_name=node_name, nodes=nodes, by=scheduler())
+
+        return self._command(job_id, command)
+
     def reject(self, job_id: UUID, code: str, message: str) -> Outcome:
         return self._command(
             job_id, lambda job: job.reject(code=code, message=message, by=scheduler())

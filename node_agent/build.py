@@ -135,6 +135,8 @@ class JobBuild:
 
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
+        if self._copy_kept_checkout(url, revision):
+            return
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
         code, tail = self._clone(url)
         if code != 0:
@@ -156,6 +158,28 @@ class JobBuild:
             raise BuildFailed("clone_failed", f"cannot check out {commit} of {url}: {tail}")
         self.commit = commit
         self.log(f"checked out commit {commit}")
+        if self.caches is not None:
+            mirrors = self.caches.mirrors
+            mirrors.keep(mirrors.path(url), commit, self.dirs.repo)
+
+    def _copy_kept_checkout(self, url: str, revision: str | None) -> bool:
+        """A commit an earlier job of this node checked out is copied, no git process run
+        (the mirror is still brought up to date first, so a branch names its newest commit)."""
+        if self.caches is None:
+            return False
+        mirrors = self.caches.mirrors
+        try:
+            mirror = mirrors.refresh(url, git=self._git_lines, cancel=self.cancel)
+        except MirrorFailed:
+            return False  # the slow path says why
+        except LockCancelled:
+            raise BuildCancelled() from None
+        commit = mirrors.branch_commit(mirror, revision)
+        if commit is None or not mirrors.copy_kept(mirror, commit, self.dirs.repo):
+            return False
+        self.commit = commit
+        self.log(f"checked out commit {commit} (a copy of this node's earlier checkout)")
+        return True
 
     def find_requirements(self) -> Path:
         relative = self.spec.requirements_path

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -25,6 +26,9 @@ _last_look: dict[Path, float] = {}
 
 GitRun = Callable[[Sequence[str], Path], tuple[int, list[str]]]
 """Run ``git args`` in a directory; return its exit code and its output lines."""
+
+
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class MirrorFailed(Exception):
@@ -44,6 +48,16 @@ class GitMirrors:
         """Clone ``url`` into ``repo`` (no checkout) through its mirror, brought up to date
         with the origin first: by this call, or by another one that began to look at the
         origin after this one was asked (many jobs of one repository at once look once)."""
+        mirror = self.refresh(url, git=git, cancel=cancel)
+        _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
+                    str(mirror), str(repo)], self.root))  # fmt: skip
+        if not _set_origin(repo, mirror, url):
+            _check(git(["remote", "set-url", "origin", url], repo))
+
+    def refresh(self, url: str, *, git: GitRun, cancel: threading.Event) -> Path:
+        """``url``'s mirror, brought up to date with the origin first: by this call, or by
+        another one that began to look at the origin after this one was asked (many jobs of
+        one repository at once look once)."""
         mirror = self.path(url)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         asked = time.monotonic()
@@ -55,10 +69,46 @@ class GitMirrors:
             elif _last_look.get(mirror, -1.0) < asked:
                 self._update(mirror, git=git)
                 _last_look[mirror] = looking
-        _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
-                    str(mirror), str(repo)], self.root))  # fmt: skip
-        if not _set_origin(repo, mirror, url):
-            _check(git(["remote", "set-url", "origin", url], repo))
+        return mirror
+
+    # -- checkouts kept per commit ---------------------------------------------------------
+
+    def branch_commit(self, mirror: Path, revision: str | None) -> str | None:
+        """The commit the mirror's default branch (``revision`` None) or branch
+        ``revision`` points at, read from its files; None when that takes git."""
+        refs = _local_refs(mirror)
+        if revision is None:
+            head = (mirror / "HEAD").read_text().strip()
+            return refs.get(head.removeprefix("ref: ")) if head.startswith("ref: ") else None
+        commit = refs.get(f"refs/heads/{revision}")
+        if commit is None and _FULL_COMMIT.fullmatch(revision):
+            return revision if self.kept(mirror, revision).is_dir() else None
+        return commit
+
+    def kept(self, mirror: Path, commit: str) -> Path:
+        return self.root / "checkouts" / mirror.name.removesuffix(".git") / commit
+
+    def copy_kept(self, mirror: Path, commit: str, repo: Path) -> bool:
+        """Copy the checkout of ``commit`` kept by an earlier job into ``repo`` (a plain copy:
+        no git process); False when none is kept."""
+        kept = self.kept(mirror, commit)
+        if not kept.is_dir():
+            return False
+        shutil.copytree(kept, repo, symlinks=True, dirs_exist_ok=True)
+        return True
+
+    def keep(self, mirror: Path, commit: str, repo: Path) -> None:
+        """Keep a copy of a fresh checkout of ``commit`` for the next jobs of it."""
+        kept = self.kept(mirror, commit)
+        if kept.is_dir():
+            return
+        kept.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        staging = kept.with_name(f".{commit}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            shutil.copytree(repo, staging, symlinks=True)
+            os.rename(staging, kept)
+        except OSError:  # another job kept it first, or the disk is full: not needed
+            shutil.rmtree(staging, ignore_errors=True)
 
     def _create(self, url: str, mirror: Path, *, git: GitRun) -> None:
         staging = mirror.with_name(f".{mirror.name}.new")

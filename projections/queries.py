@@ -101,6 +101,15 @@ class Queries:
         """Accelerators each node holds or is asked for by jobs on it."""
         return {node_id: held + queued for node_id, (held, queued) in self.node_load().items()}
 
+    def place_in_scheduling(self, job_id: str) -> tuple[int, int]:
+        """A job's place among the jobs not placed yet (oldest first), and how many there are."""
+        rows = self._all(
+            "SELECT id FROM job_list WHERE status = ? ORDER BY created_at, id",
+            (Status.SCHEDULING.value,),
+        )
+        ids = [row["id"] for row in rows]
+        return (ids.index(job_id) + 1 if job_id in ids else 0), len(ids)
+
     def jobs_on_node(self, node_id: str) -> list[str]:
         """The jobs placed on the node, those that wait first: when the node is lost, they
         must leave its line before a running job lets go of its accelerators there."""

@@ -107,7 +107,12 @@ def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPubl
     """A job's spec, status, node, timestamps, lifecycle events, and why it waits."""
     document = find_job(services, owner, name)
     if document["status"] in WAITING:
-        document["waiting"] = services.waits.detail(document["id"])
+        waiting = services.waits.detail(document["id"])
+        if waiting is not None and document["status"] == Status.SCHEDULING.value:
+            waiting["place"], waiting["of"] = services.queries.place_in_scheduling(
+                document["id"]
+            )
+        document["waiting"] = waiting
     return job_public(document)
 
 

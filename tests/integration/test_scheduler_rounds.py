@@ -121,3 +121,25 @@ def test_a_node_silent_past_its_lease_loses_its_jobs_but_not_while_the_server_st
     failure = rounds.document(job_id)["failure"]
     assert failure["code"] == "node_lost"
     assert failure["message"].startswith("node gpu-1 was lost: last heard of at")
+
+
+def test_jobs_that_wait_for_nodes_say_why_and_their_place_among_those_not_placed(
+    rounds: Round,
+) -> None:
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    first = rounds.submit("needs-two", nodes=2)
+    second = rounds.submit("needs-two-too", nodes=2)
+    rounds.run()
+    rounds.run()
+    assert (rounds.status(first), rounds.status(second)) == ("scheduling", "scheduling")
+    waiting = rounds.services.waits.detail(str(second))
+    assert waiting is not None
+    assert waiting["reason"] == (
+        "waits for 2 live nodes with 1 accelerator; 1 of the 2 registered are live"
+    )
+    nodes = {node["node"]: node["alive"] for node in waiting["nodes"]}
+    assert nodes == {"gpu-1": True, "gpu-2": False}
+    assert rounds.services.queries.place_in_scheduling(str(second)) == (2, 2)
+    rounds.services.jobs.request_stop(first, by=user("alice"))
+    rounds.run()
+    assert rounds.services.queries.place_in_scheduling(str(second)) == (1, 1)

@@ -294,3 +294,24 @@ def test_jobs_of_one_repository_at_once_look_at_the_origin_once(
     clone(4)  # asked after the last look: it looks again, and fetches
     assert looks == ["ls-remote", "ls-remote", "fetch"]
     assert git(tmp_path / "clone-4", "rev-parse", "origin/main") == newest
+
+
+def test_a_commit_checked_out_before_is_copied_and_a_moved_branch_is_still_followed(
+    tmp_path: Path, repo: Repo
+) -> None:
+    work_dir = tmp_path / "agent"
+    first, _, first_lines = build_with_caches(work_dir, "job-1", str(repo.path))
+    again, dirs, again_lines = build_with_caches(work_dir, "job-2", str(repo.path))
+    assert again.commit == first.commit
+    assert any("a copy of this node's earlier checkout" in line for line in again_lines)
+    assert not any("copy of this node" in line for line in first_lines)
+    git = ["git", "-C", str(dirs.repo)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert head.stdout.strip() == first.commit  # a working repository, at that commit
+    (dirs.repo / "train.py").write_text("changed by the job\n")  # the kept copy stays clean
+    newest = commit_file(repo.path, "train.py", "print('newest')\n", "newest")
+    moved, moved_dirs, _ = build_with_caches(work_dir, "job-3", str(repo.path))
+    assert moved.commit == newest
+    assert (moved_dirs.repo / "train.py").read_text() == "print('newest')\n"
+    _, back, _ = build_with_caches(work_dir, "job-4", str(repo.path), first.commit)
+    assert (back.repo / "train.py").read_text() != "changed by the job\n"
