@@ -74,12 +74,7 @@ class Scheduler:
             )  # fmt: skip
             job_id = UUID(row["id"])
             if isinstance(decision, Assign):
-                nodes = [{"node_id": node.node_id, "node_name": node.name,
-                          "address": node.address} for node in decision.nodes]  # fmt: skip
-                if self._try(services.jobs.assign, job_id, decision.node_id,
-                             decision.node_name, nodes):  # fmt: skip
-                    for node in decision.nodes:
-                        capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
+                self._assign(services.jobs.assign, job_id, row, decision, capacity)
             elif isinstance(decision, Reject):
                 self._try(services.jobs.reject, job_id, decision.code, decision.message)
             else:
@@ -97,16 +92,25 @@ class Scheduler:
             if fast:
                 decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
                                        0.0, services.settings.scheduling_patience_s)  # fmt: skip
-            if isinstance(decision, Assign):
-                nodes = [{"node_id": node.node_id, "node_name": node.name,
-                          "address": node.address} for node in decision.nodes]  # fmt: skip
-                if self._try(services.jobs.schedule_onto, job_id, decision.node_id,
-                             decision.node_name, nodes):  # fmt: skip
-                    for node in decision.nodes:
-                        capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
-                    continue
+            if isinstance(decision, Assign) and self._assign(
+                services.jobs.schedule_onto, job_id, row, decision, capacity
+            ):
+                continue
             fast = False  # it waits: those after it wait behind it
             self._try(services.jobs.begin_scheduling, job_id)
+
+    def _assign(
+        self, command: Callable[..., object], job_id: UUID, row: dict[str, Any],
+        decision: Assign, capacity: dict[str, NodeCapacity],
+    ) -> bool:  # fmt: skip
+        """Place the job on the decision's nodes; count what it asks for there."""
+        nodes = [{"node_id": node.node_id, "node_name": node.name, "address": node.address}
+                 for node in decision.nodes]  # fmt: skip
+        if not self._try(command, job_id, decision.node_id, decision.node_name, nodes):
+            return False
+        for node in decision.nodes:
+            capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
+        return True
 
     def _capacity(self) -> dict[str, NodeCapacity]:
         services = self.services
