@@ -30,7 +30,7 @@ from projections.db import is_unavailable
 
 log = logging.getLogger(__name__)
 DEADLINES_EVERY_S = 1.0
-ROUND_GAP_S = 0.02
+ROUND_GAP_S = 0.005
 """The least time between two rounds."""
 DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
