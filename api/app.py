@@ -50,5 +50,6 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(datasets.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimits, limits=services.settings.limits,
-                       user_for=services.state.user_for)  # fmt: skip
+                       user_for=services.state.user_for,
+                       known_user=services.state.known_user)  # fmt: skip
     return app

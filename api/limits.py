@@ -74,11 +74,18 @@ class BodyLimits:
     """Authenticates, then bounds the body of every request that may carry one."""
 
     def __init__(
-        self, app: ASGIApp, limits: Limits, user_for: Callable[[str], str | None]
+        self,
+        app: ASGIApp,
+        limits: Limits,
+        user_for: Callable[[str], str | None],
+        known_user: Callable[[str], str | None] = lambda token: None,
     ) -> None:
         self.app = app
         self.limits = limits
         self.user_for = user_for
+        """The token's user, from the database (blocking: run in a worker thread)."""
+        self.known_user = known_user
+        """The token's user if it is remembered, at once (no worker thread)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -88,7 +95,9 @@ class BodyLimits:
         if not path.startswith(_OPEN_PATHS):
             token = bearer_token(scope)
             try:
-                user_id = await run_in_threadpool(self.user_for, token) if token else None
+                user_id = self.known_user(token) if token else None
+                if token and user_id is None:
+                    user_id = await run_in_threadpool(self.user_for, token)
             except Exception as error:  # outside the routes' handlers: answer it here
                 if not is_unavailable(error):
                     raise

@@ -73,6 +73,11 @@ class OperationalState:
                 (_hash(token), user_id, now().isoformat()),
             )
 
+    def known_user(self, token: str) -> str | None:
+        """The user of a token remembered from a recent :meth:`user_for`, without a query."""
+        known = self._known.get(_hash(token))
+        return known[0] if known is not None and known[1] > time.monotonic() else None
+
     def user_for(self, token: str) -> str | None:
         """The user of a known token. Known tokens are remembered for a few seconds, so that
         every request does not cost a query; unknown ones are asked again each time."""

@@ -63,6 +63,13 @@ class TrainingJobs(Application[UUID]):
     """Training jobs, their names and the nodes that run them."""
 
     name = "flexai"
+    env = {
+        "AGGREGATE_CACHE_MAXSIZE": "4096",
+        "AGGREGATE_CACHE_FASTFORWARD": "y",
+    }
+    """Commands load a job and its nodes again and again: each load takes the aggregate last
+    loaded here (a copy of it) and applies only the events recorded since, by this server or
+    another one on the same ledger, so a load never misses an event (nor replays a node's)."""
     snapshotting_intervals = {Node: 100}  # type: ignore[dict-item]
     """A node's accelerator ledger grows with every job it runs: load it from a snapshot."""
 

@@ -87,6 +87,7 @@ class JobBuild:
         as_user: JobUser | None = None,
         python: str = sys.executable,
         caches: BuildCaches | None = None,
+        asked: float | None = None,
     ) -> None:
         self.spec = spec
         self.dirs = dirs
@@ -102,6 +103,9 @@ class JobBuild:
         """The interpreter the job's virtual environment is made from (its pip installs)."""
         self.caches = caches
         """None: every job clones its repository and builds its environment afresh."""
+        self.asked = asked
+        """When (``time.monotonic()``) the agent learned of the job: a look at the origin's
+        branches begun since then is recent enough for it. None: when the build begins."""
         self.commit: str | None = None
 
     def run(self) -> BuiltJob:
@@ -169,7 +173,9 @@ class JobBuild:
             return False
         mirrors = self.caches.mirrors
         try:
-            mirror = mirrors.refresh(url, git=self._git_lines, cancel=self.cancel)
+            mirror = mirrors.refresh(
+                url, git=self._git_lines, cancel=self.cancel, asked=self.asked
+            )
         except MirrorFailed:
             return False  # the slow path says why
         except LockCancelled:
@@ -297,7 +303,9 @@ class JobBuild:
         if self.caches is None:
             return self._git(["clone", "--no-checkout", "--", url, str(self.dirs.repo)])
         try:
-            self.caches.mirrors.clone(url, self.dirs.repo, git=self._git_lines, cancel=self.cancel)
+            self.caches.mirrors.clone(
+                url, self.dirs.repo, git=self._git_lines, cancel=self.cancel, asked=self.asked
+            )
         except MirrorFailed as error:
             return 1, str(error)
         except LockCancelled:

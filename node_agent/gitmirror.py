@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,23 +45,34 @@ class GitMirrors:
     def path(self, url: str) -> Path:
         return self.root / f"{hashlib.sha256(url.encode()).hexdigest()[:32]}.git"
 
-    def clone(self, url: str, repo: Path, *, git: GitRun, cancel: threading.Event) -> None:
+    def clone(
+        self,
+        url: str,
+        repo: Path,
+        *,
+        git: GitRun,
+        cancel: threading.Event,
+        asked: float | None = None,
+    ) -> None:
         """Clone ``url`` into ``repo`` (no checkout) through its mirror, brought up to date
         with the origin first: by this call, or by another one that began to look at the
         origin after this one was asked (many jobs of one repository at once look once)."""
-        mirror = self.refresh(url, git=git, cancel=cancel)
+        mirror = self.refresh(url, git=git, cancel=cancel, asked=asked)
         _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
                     str(mirror), str(repo)], self.root))  # fmt: skip
         if not _set_origin(repo, mirror, url):
             _check(git(["remote", "set-url", "origin", url], repo))
 
-    def refresh(self, url: str, *, git: GitRun, cancel: threading.Event) -> Path:
+    def refresh(
+        self, url: str, *, git: GitRun, cancel: threading.Event, asked: float | None = None
+    ) -> Path:
         """``url``'s mirror, brought up to date with the origin first: by this call, or by
-        another one that began to look at the origin after this one was asked (many jobs of
-        one repository at once look once)."""
+        another one that began to look at the origin after this one was ``asked`` (by default
+        now; a job passes when the agent learned of it, which is after it was submitted). So
+        the jobs of one repository that arrive together look at the origin once."""
         mirror = self.path(url)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        asked = time.monotonic()
+        asked = time.monotonic() if asked is None else asked
         with FileLock(self.root / f"{mirror.name}.lock", cancel):
             looking = time.monotonic()
             if not (mirror / "HEAD").is_file():
@@ -94,7 +106,7 @@ class GitMirrors:
         kept = self.kept(mirror, commit)
         if not kept.is_dir():
             return False
-        shutil.copytree(kept, repo, symlinks=True, dirs_exist_ok=True)
+        copy_tree(str(kept), str(repo))
         return True
 
     def keep(self, mirror: Path, commit: str, repo: Path) -> None:
@@ -106,6 +118,8 @@ class GitMirrors:
         staging = kept.with_name(f".{commit}.{os.getpid()}.{threading.get_ident()}")
         try:
             shutil.copytree(repo, staging, symlinks=True)
+            for sample in (staging / ".git" / "hooks").glob("*.sample"):
+                sample.unlink()  # git's examples: each job would copy them for nothing
             os.rename(staging, kept)
         except OSError:  # another job kept it first, or the disk is full: not needed
             shutil.rmtree(staging, ignore_errors=True)
@@ -131,6 +145,24 @@ class GitMirrors:
         current = (mirror / "HEAD").read_text().strip().removeprefix("ref: ")
         if head.startswith("refs/heads/") and head != current:
             git(["symbolic-ref", "HEAD", head], mirror)  # a fetch leaves HEAD alone
+
+
+def copy_tree(source: str, target: str) -> None:
+    """Copy the directory ``source`` to ``target`` (which may exist): files with their mode,
+    links as links. Unlike ``shutil.copytree`` no timestamps nor extended attributes are copied,
+    which costs most of its time on a small checkout."""
+    os.makedirs(target, mode=0o700, exist_ok=True)
+    with os.scandir(source) as entries:
+        for entry in entries:
+            destination = os.path.join(target, entry.name)
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), destination)
+            elif entry.is_dir():
+                copy_tree(entry.path, destination)
+            else:
+                shutil.copyfile(entry.path, destination)
+                os.chmod(destination, stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode))
+    os.chmod(target, stat.S_IMODE(os.stat(source).st_mode))
 
 
 def _advertised(lines: list[str]) -> tuple[dict[str, str], str]:

@@ -138,7 +138,10 @@ class JobRun:
         still alive after that (stuck in the kernel)."""
         if self.shim_pid is not None:
             signal_group(self.shim_pid, signal.SIGTERM)
-        signal_pids(self.processes(), signal.SIGTERM)
+        left = self.processes()
+        if not left:
+            return []  # the usual end: the entry point left nothing behind (one scan)
+        signal_pids(left, signal.SIGTERM)
         if self._all_gone(grace):
             return []
         deadline = time.monotonic() + kill_wait

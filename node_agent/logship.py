@@ -73,7 +73,7 @@ class LogShipper:
         self._changed = threading.Condition()
         self._written = 0
         self._acked = 0
-        self._last_send = 0.0
+        self._last_send = time.monotonic()  # a short job's whole log then goes at once
         self._closing = False
         self._given_up = False
         self._fds_closed = False

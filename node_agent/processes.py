@@ -20,6 +20,7 @@ from node_agent.jobuser import JobUser
 from node_agent.models import MARKER_VARIABLE
 
 _PROC = Path("/proc")
+_PROC_DIR = str(_PROC)
 _MAX_LINE = 64 * 1024
 _MARKER_ENTRY = f"{MARKER_VARIABLE}=".encode()
 
@@ -68,7 +69,7 @@ def live_processes() -> list[tuple[int, int]]:
 def _live() -> list[tuple[int, int, int]]:
     """``(pid, process group, start time in clock ticks since boot)`` of every live process."""
     found = []
-    for name in os.listdir(_PROC):
+    for name in os.listdir(_PROC_DIR):
         stat = _stat(name) if name.isdigit() else None
         if stat is not None and stat[0] not in ("Z", "X"):
             found.append((int(name), int(stat[2]), int(stat[19])))
@@ -115,9 +116,18 @@ def pid_running(pid: int) -> bool:
 
 def marker_of(pid: int) -> str | None:
     try:
-        environ = (_PROC / str(pid) / "environ").read_bytes()
+        fd = os.open(f"{_PROC_DIR}/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:  # gone, or another user's while the agent is not root
         return None
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    environ = b"".join(chunks)
     for entry in environ.split(b"\0"):
         if entry.startswith(_MARKER_ENTRY):
             return entry[len(_MARKER_ENTRY) :].decode(errors="replace")
@@ -163,11 +173,19 @@ def signal_pids(pids: Iterable[int], signum: int) -> None:
 
 
 def _stat(pid: str) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first), if it runs."""
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first), if it runs.
+
+    Read with plain ``os`` calls: a scan reads this file of every process on the host."""
     try:
-        stat = (_PROC / pid / "stat").read_text()
+        fd = os.open(f"{_PROC_DIR}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        stat = os.read(fd, 4096).decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name may hold spaces and parentheses: the fields start after the last ')'.
     return stat[stat.rfind(")") + 2 :].split()
 

@@ -16,6 +16,7 @@ import logging
 import shlex
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,7 @@ class JobSupervisor:
         self._keep_dirs = settings.keep_job_dirs
         self._master_port: int | None = None  # node 0 of a multi-node job: the port it chose
         self._started = False
+        self._taken_at = time.monotonic()  # after the job was submitted
         self._survivors: list[int] = []
         if assignment.status == STOP_IN_PROGRESS:
             self._stopping.set()
@@ -220,6 +222,8 @@ class JobSupervisor:
 
     def _end_earlier_processes(self) -> None:
         """Processes of an earlier build of this job, left by an agent that restarted."""
+        if not self.dirs.root.exists():
+            return  # no build of the job began on this node: nothing of it can run here
         if earlier := job_processes(self.dirs.marker):
             log.warning(
                 "job %s: ending processes %s of an earlier build of it",
@@ -243,6 +247,7 @@ class JobSupervisor:
             as_user=self.settings.job_user,
             python=self.settings.job_python,
             caches=BuildCaches.in_work_dir(self.settings.work_dir),
+            asked=self._taken_at,
         )
         try:
             if self._stopping.is_set():
