@@ -48,6 +48,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         metavar="POSITION",
                         help="let the views pass over the event at this ledger position (one "
                              "/health names as the reason they halted); repeatable")
+    ledger = parser.add_argument_group("stored events (the first server to write them decides)")
+    ledger.add_argument("--ledger-key-file", type=Path, default=None, metavar="PATH",
+                        help="encrypt stored events with the base64 AES key in this file (mode "
+                             "600; `head -c 32 /dev/urandom | base64 > PATH`); default: "
+                             "$FLEXAI_LEDGER_KEY_FILE, else not encrypted")
+    ledger.add_argument("--compress-events", action="store_true",
+                        help="compress stored events with zlib")
     limits = parser.add_argument_group("limits (each refusal is a 413, 422 or 503 problem)")
     for name, field in Limits.model_fields.items():
         limits.add_argument(f"--max-{name.replace('_', '-')}", dest=f"max_{name}", type=int,
@@ -100,9 +107,15 @@ def _ending_follow_streams(server: Any, services: Any) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
+    from pydantic import SecretStr
+
+    from api.ledger_format import key_file_from_env, read_key_file
     from api.settings import Settings
 
+    key_file = args.ledger_key_file or key_file_from_env()
     return Settings(
+        ledger_key=SecretStr(read_key_file(key_file)) if key_file else None,
+        compress_events=args.compress_events,
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
@@ -140,17 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from api.app import create_app
+    from api.ledger_format import LedgerFormatMismatch, LedgerKeyError
     from api.services import build_services
     from api.state import ensure_admin_token
     from cli.config import ClientConfig, ConfigError, config_path, write_client_config
 
     try:
         settings = _settings(args)
+    except LedgerKeyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ValueError as error:  # pydantic's ValidationError: a flag out of its bounds
         print(f"error: {_first_error(error)}", file=sys.stderr)
         return 2
     try:
         services = build_services(settings)
+    except LedgerFormatMismatch as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except Exception as error:  # an unreachable database, a bad URL: say it in one line
         reason = " ".join(str(error).split())
         print(f"error: cannot open storage ({settings.resolved_database_url}): {reason}; "

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from api.artifacts import ArchiveLimits, LocalArtifactStore
 from api.assignment_waiters import AssignmentWaiters
 from api.followers import LogFollowers
+from api.ledger_format import check_ledger_format
 from api.settings import Settings
 from api.state import OperationalState
 from api.waits import Waits
@@ -44,6 +45,8 @@ def build_services(settings: Settings) -> Services:
         connect_timeout_s=settings.database_connect_timeout_s,
     )  # fmt: skip
     jobs = TrainingJobs(env=settings.event_store_env())
+    key = settings.ledger_key.get_secret_value() if settings.ledger_key else None
+    check_ledger_format(database, jobs, key, settings.compress_events)
     limits = settings.limits
     projector = Projector(jobs, database, skip=settings.skip_events)
     log_followers = LogFollowers(limits.log_followers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 MiB = 2**20
 GiB = 2**30
@@ -50,6 +50,10 @@ class Settings(BaseModel):
     """Each attempt to connect to PostgreSQL, in whole seconds (libpq's least is 2)."""
     write_client_config: bool = True
     limits: Limits = Field(default_factory=Limits)
+    ledger_key: SecretStr | None = None
+    """The base64 AES key the ledger's events are encrypted with (``--ledger-key-file``)."""
+    compress_events: bool = False
+    """Stored events are compressed with zlib (``--compress-events``)."""
     skip_events: frozenset[int] = frozenset()
     """Ledger positions the views pass over (an operator's way past an event they cannot
     apply, after reading it with the audit routes)."""
@@ -65,6 +69,12 @@ class Settings(BaseModel):
 
     def event_store_env(self) -> dict[str, str]:
         """The eventsourcing environment for the configured database."""
+        from api.ledger_format import store_env
+
+        key = self.ledger_key.get_secret_value() if self.ledger_key else None
+        return {**self._database_env(), **store_env(key, self.compress_events)}
+
+    def _database_env(self) -> dict[str, str]:
         url = self.resolved_database_url
         if url.startswith("sqlite:///"):
             return {
