@@ -10,7 +10,7 @@ from uuid import UUID, uuid5
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEvent
-from eventsourcing.persistence import RecordConflictError
+from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 
 from domain.allocation import UnitOfWork
 from domain.datasets import Dataset
@@ -27,6 +27,7 @@ from domain.model import (
     agent,
     scheduler,
 )
+from domain.transcodings import SetAsList
 
 T = TypeVar("T")
 CONFLICT_RETRIES = 8
@@ -70,8 +71,13 @@ class TrainingJobs(Application[UUID]):
     """Commands load a job and its nodes again and again: each load takes the aggregate last
     loaded here (a copy of it) and applies only the events recorded since, by this server or
     another one on the same ledger, so a load never misses an event (nor replays a node's)."""
-    snapshotting_intervals = {Node: 100}  # type: ignore[dict-item]
-    """A node's accelerator ledger grows with every job it runs: load it from a snapshot."""
+    snapshotting_intervals = {Node: 100, TrainingJob: 100}  # type: ignore[dict-item]
+    """A node's accelerator ledger grows with every job it runs, a job's history with every
+    checkpoint it takes: both load from their last snapshot, taken every 100 events."""
+
+    def register_transcodings(self, transcoder: JSONTranscoder) -> None:
+        super().register_transcodings(transcoder)
+        transcoder.register(SetAsList())
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -357,7 +357,7 @@ class TrainingJob(Aggregate):
 
     def request_stop(self, by: Actor) -> None:
         self._require(Status.STOP_IN_PROGRESS)
-        self._stop_requested(stopping_from=self.status.value, by=by)
+        self._stop_requested(stopping_from=str(self.status), by=by)  # a str after a snapshot
 
     def confirm_stopped(
         self, by: Actor, exit_code: int | None = None, node_index: int | None = None
