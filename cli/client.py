@@ -164,6 +164,16 @@ class ApiClient:
         """``GET /v1/audit/jobs/{job_id}``: the events of one job, from the ledger."""
         return self._json("GET", f"/v1/audit/jobs/{_segment(job_id)}")
 
+    def audit_state(
+        self, job_id: str, version: int | None = None, at: str | None = None
+    ) -> dict[str, Any]:
+        """``GET /v1/audit/jobs/{job_id}/state?version=N|at=ISO``: the job folded from the
+        ledger as it was then (the AuditJobState)."""
+        params: dict[str, Any] = {"version": version, "at": at}
+        return self._json("GET", f"/v1/audit/jobs/{_segment(job_id)}/state",
+                          params={key: value for key, value in params.items()
+                                  if value is not None})  # fmt: skip
+
     # --- plumbing ------------------------------------------------------------------------
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:

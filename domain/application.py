@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar, cast
 from uuid import UUID, uuid5
 
@@ -42,6 +43,27 @@ class WrongNode(DomainError):
     pass
 
 
+class BeforeJobCreated(DomainError):
+    """A moment before the job's first event."""
+
+    def __init__(self, job_id: UUID, at: datetime, created_at: datetime) -> None:
+        self.created_at = created_at
+        super().__init__(
+            f"job {job_id} did not exist yet at {at.isoformat()}: it was created at "
+            f"{created_at.isoformat()}; ask for that moment or a later one"
+        )
+
+
+class VersionOutOfRange(DomainError):
+    """A version the job's history does not hold."""
+
+    def __init__(self, job_id: UUID, version: int, latest: int) -> None:
+        self.latest = latest
+        super().__init__(
+            f"job {job_id} has no version {version}: its versions run from 1 to {latest}"
+        )
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What a command did: the job it touched and the ledger position of its last event
@@ -49,6 +71,17 @@ class Outcome:
 
     job_id: UUID
     position: int | None
+
+
+@dataclass(frozen=True)
+class PastJob:
+    """A job as the ledger held it at one version: the aggregate folded up to that event."""
+
+    job: TrainingJob
+    event: DomainEvent
+    """The event that made this version."""
+    latest: int
+    created_at: datetime
 
 
 # The status an agent report leads to; a resend finds the job there already.
@@ -181,6 +214,28 @@ class TrainingJobs(Application[UUID]):
         if not events or not isinstance(self.job(job_id), TrainingJob):
             raise JobNotFound(f"with id {job_id}")
         return events
+
+    def job_as_of(
+        self, job_id: UUID, *, version: int | None = None, at: datetime | None = None,
+        owner: str | None = None,
+    ) -> PastJob:  # fmt: skip
+        """The job folded from the ledger up to ``version``, or up to its last event recorded
+        at or before ``at`` (timezone-aware); the latest version when neither is given. With
+        ``owner``, another owner's job is not found."""
+        events = self.history(job_id)
+        if owner is not None and getattr(events[0], "owner", None) != owner:
+            raise JobNotFound(f"with id {job_id}")
+        created_at, latest = events[0].timestamp, events[-1].originator_version
+        if at is not None:
+            reached = [event for event in events if event.timestamp <= at]
+            if not reached:
+                raise BeforeJobCreated(job_id, at, created_at)
+            version = reached[-1].originator_version
+        version = latest if version is None else version
+        if not 1 <= version <= latest:
+            raise VersionOutOfRange(job_id, version, latest)
+        job: TrainingJob = self.repository.get(job_id, version=version)
+        return PastJob(job, events[version - 1], latest, created_at)
 
     # -- scheduler ------------------------------------------------------------------------
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from uuid import UUID
 
 from fastapi import APIRouter
 
+from api.audit_schemas import AuditFailure, AuditJobState, AuditPlacement
 from api.deps import CurrentUser, ServicesDep
+from api.problems import Problem
 from api.schemas import AuditEvent, AuditHistory, AuditJob, AuditJobs
-from domain.application import JobNotFound
+from domain.application import BeforeJobCreated, JobNotFound, PastJob, VersionOutOfRange
 from domain.model import event_facts, event_name
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
@@ -51,3 +54,54 @@ def job_history(job_id: UUID, services: ServicesDep, owner: CurrentUser) -> Audi
     )
 
 
+
+
+@router.get("/jobs/{job_id}/state")
+def job_state(
+    job_id: UUID, services: ServicesDep, owner: CurrentUser,
+    version: int | None = None, at: datetime | None = None,
+) -> AuditJobState:  # fmt: skip
+    """The job as it was at a version or a moment (naive: UTC), folded from the ledger."""
+    if version is not None and at is not None:
+        raise Problem(422, "invalid-request", "Invalid request",
+                      "give either version or at, not both")  # fmt: skip
+    moment = None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
+    try:
+        past = services.jobs.job_as_of(job_id, version=version, at=moment,
+                                       owner=None if owner == "admin" else owner)  # fmt: skip
+    except BeforeJobCreated as error:
+        raise Problem(404, "job-not-yet-created", "Job not created yet", str(error),
+                      created_at=error.created_at.isoformat()) from None  # fmt: skip
+    except VersionOutOfRange as error:
+        raise Problem(422, "version-out-of-range", "Version out of range", str(error),
+                      first_version=1, latest_version=error.latest) from None  # fmt: skip
+    return _state(job_id, past, moment)
+
+
+def _state(job_id: UUID, past: PastJob, moment: datetime | None) -> AuditJobState:
+    job = past.job
+    event_at = past.event.timestamp
+    return AuditJobState(
+        id=str(job_id), name=job.name, owner=job.owner,
+        version=job.version, latest_version=past.latest,
+        as_of=(moment or event_at).astimezone(UTC).isoformat(),
+        event=event_name(past.event), event_at=event_at.isoformat(),
+        event_by=getattr(past.event, "by", None),
+        created_at=past.created_at.isoformat(),
+        status=str(job.status), deleted=job.deleted, spec=job.spec, commit=job.commit,
+        node=job.node_name,
+        placements=[
+            AuditPlacement(
+                index=index, node_id=placement.get("node_id"),
+                node=placement.get("node_name"), address=placement.get("address"),
+                built=bool(placement.get("built")),
+                accelerators=list(placement.get("accelerators") or []),
+                exit_code=placement.get("exit_code"),
+                stopped=bool(placement.get("stopped")),
+            )
+            for index, placement in enumerate(job.placements)
+        ],
+        accelerators=list(job.accelerators),
+        failure=AuditFailure(**job.failure) if job.failure else None,
+        checkpoint_ids=sorted(job.checkpoint_ids),
+    )  # fmt: skip

@@ -11,7 +11,9 @@ import argparse
 from typing import Protocol
 
 # In the order `flexai training --help` lists them.
-TRAINING_COMMANDS = ("run", "list", "inspect", "logs", "checkpoints", "fetch", "stop", "delete")
+TRAINING_COMMANDS = (
+    "run", "list", "inspect", "history", "logs", "checkpoints", "fetch", "stop", "delete",
+)  # fmt: skip
 
 
 class Command(Protocol):
