@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.limits import BodyLimits
-from api.routes import agent, audit, datasets, health, jobs, nodes
+from api.routes import admin, agent, audit, datasets, health, jobs, nodes
 from api.scheduler import Scheduler
 from api.services import Services
 from projections.projector import ProjectionHalted
@@ -46,6 +46,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(agent.router)
     app.include_router(audit.router)
+    app.include_router(admin.router)
     app.include_router(nodes.router)
     app.include_router(datasets.router)
     app.include_router(health.router)

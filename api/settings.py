@@ -79,6 +79,7 @@ class Settings(BaseModel):
         if url.startswith("sqlite:///"):
             return {
                 "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                "APPLICATION_RECORDER_TOPIC": "projections.chain:ChainedSQLiteRecorder",
                 "SQLITE_DBNAME": url.removeprefix("sqlite:///"),
                 "SQLITE_LOCK_TIMEOUT": "30",
             }
@@ -90,6 +91,7 @@ class Settings(BaseModel):
             )
         return {
             "PERSISTENCE_MODULE": "projections.db:PostgresEventStore",
+            "APPLICATION_RECORDER_TOPIC": "projections.chain:ChainedPostgresRecorder",
             "POSTGRES_DBNAME": parsed.path.lstrip("/") or "postgres",
             "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
             "POSTGRES_PORT": str(parsed.port or 5432),

@@ -164,6 +164,11 @@ class ApiClient:
         """``GET /v1/audit/jobs/{job_id}``: the events of one job, from the ledger."""
         return self._json("GET", f"/v1/audit/jobs/{_segment(job_id)}")
 
+    def admin_verify(self, expect_digest: str | None = None) -> dict[str, Any]:
+        """``POST /v1/admin/verify``: the ledger's chain and the views checked (admin token)."""
+        body = {"expect_digest": expect_digest} if expect_digest else {}
+        return self._json("POST", "/v1/admin/verify", json=body)
+
     def audit_state(
         self, job_id: str, version: int | None = None, at: str | None = None
     ) -> dict[str, Any]:

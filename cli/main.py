@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
 
 from cli.commands import TRAINING_COMMANDS, Command
+from cli.commands.admin import ADMIN_COMMANDS
 from cli.commands.dataset import DATASET_COMMANDS
 from cli.commands.run import split_entry_point
 from cli.errors import (
@@ -112,6 +113,12 @@ def build_parser() -> Parser:
         "Manages Datasets: push a file or directory to the control plane, list them, inspect\n"
         "their versions. A job gets one with `flexai training run -D NAME`.",
         "cli.commands.dataset", DATASET_COMMANDS,
+    )  # fmt: skip
+    _add_group(
+        top, "admin", "administer the control plane (admin token)",
+        "Administers the control plane through its API, with the admin token: check the\n"
+        "ledger's hash chain and the views against it.",
+        "cli.commands.admin", ADMIN_COMMANDS,
     )  # fmt: skip
     for name, (_, summary) in EXTERNAL_COMMANDS.items():
         top.add_parser(name, help=summary, add_help=False)

@@ -1,0 +1,52 @@
+"""Administration of the control plane: the admin token's alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from api.deps import CurrentUser, ServicesDep
+from api.problems import Problem
+from api.verify import verify_ledger
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+ADMIN = "admin"
+
+
+class VerifyRequest(BaseModel):
+    expect_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
+    """The head digest an earlier verify printed: a ledger whose chain was rewritten since
+    no longer ends in it."""
+
+
+class VerifyAnswer(BaseModel):
+    ok: bool
+    events: int
+    chained: int
+    unchained_before: int | None
+    """Events before this position were written before the ledger kept its chain."""
+    head_digest: str | None
+    jobs: int
+    ledger_problems: list[str]
+    view_differences: list[str]
+
+
+def require_admin(user: str) -> None:
+    if user != ADMIN:
+        raise Problem(
+            403, "admin-only", "Admin only",
+            "this needs the admin token (`flexai server` printed it on first start; it is in "
+            "<data-dir>/admin.token)",
+        )  # fmt: skip
+
+
+@router.post("/verify")
+def verify(services: ServicesDep, user: CurrentUser, body: VerifyRequest | None = None) -> Any:
+    """Recompute the ledger's hash chain from the stored rows, naming the first event that was
+    altered, deleted, inserted or reordered, and compare every job folded from the ledger with
+    the views."""
+    require_admin(user)
+    expect = body.expect_digest if body else None
+    return VerifyAnswer(**verify_ledger(services, expect_digest=expect or None))

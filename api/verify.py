@@ -1,0 +1,97 @@
+"""``flexai admin verify``: the ledger's chain recomputed, and every job folded from the ledger
+compared with what the views serve."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+from api.services import Services
+from domain.model import TrainingJob
+from projections.chain import RawEvent, chain_rows, is_chained, raw_events, verify_chain
+
+JOB_TOPIC = f"{TrainingJob.__module__}:{TrainingJob.__qualname__}."
+LATEST = 2**62
+"""A version past any job's: folds from the stored events, never from the aggregate cache."""
+MAX_DIFFERENCES = 50
+
+
+def verify_ledger(services: Services, expect_digest: str | None = None) -> dict[str, Any]:
+    recorder = services.jobs.recorder
+    head = recorder.max_notification_id() or 0  # type: ignore[attr-defined]
+    services.projector.wait(head)
+    job_ids: set[str] = set()
+
+    def events() -> Iterator[RawEvent]:
+        for event in raw_events(recorder):
+            if event.topic.startswith(JOB_TOPIC):
+                job_ids.add(event.originator_id)
+            yield event
+
+    stream = events()
+    answer: dict[str, Any] = {"events": 0, "chained": 0, "unchained_before": None,
+                              "head_digest": None, "ledger_problems": []}  # fmt: skip
+    if is_chained(recorder):
+        report = verify_chain(stream, chain_rows(recorder))
+        answer.update(events=report.events, chained=report.chained,
+                      unchained_before=report.unchained_before,
+                      head_digest=report.head_digest or None,
+                      ledger_problems=list(report.problems))  # fmt: skip
+    else:
+        answer["ledger_problems"].append(
+            "this ledger's recorder keeps no hash chain: nothing to check it against"
+        )
+    for _ in stream:  # the rest, when the chain check stopped early: every job is compared
+        pass
+    if expect_digest and answer["head_digest"] != expect_digest:
+        answer["ledger_problems"].append(
+            f"the head digest is {answer['head_digest']}, not {expect_digest} as expected: "
+            "the ledger (and its chain) changed since that digest was taken"
+        )
+    answer["jobs"] = len(job_ids)
+    answer["view_differences"] = _view_differences(services, job_ids)
+    answer["ok"] = not answer["ledger_problems"] and not answer["view_differences"]
+    return answer
+
+
+def _view_differences(services: Services, hex_ids: set[str]) -> list[str]:
+    with services.database.transaction() as cursor:
+        cursor.execute("SELECT id, owner, name, status, node, deleted_at FROM job_list")
+        rows = {str(row["id"]): row for row in cursor.fetchall()}
+    job_ids = {str(UUID(hex_id)) for hex_id in hex_ids}
+    differences = []
+    for job_id in sorted(job_ids | set(rows)):
+        said = _compare(services, job_id, rows.get(job_id))
+        if said:  # again once the views caught up: a job that changed meanwhile is no fault
+            services.projector.wait(services.jobs.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
+            with services.database.transaction() as cursor:
+                cursor.execute("SELECT id, owner, name, status, node, deleted_at FROM job_list "
+                               "WHERE id = ?", (job_id,))  # fmt: skip
+                said = _compare(services, job_id, cursor.fetchone())
+        differences.extend(said)
+        if len(differences) >= MAX_DIFFERENCES:
+            differences.append(f"(stopped after {MAX_DIFFERENCES} differences)")
+            break
+    return differences
+
+
+def _compare(services: Services, job_id: str, row: Any) -> list[str]:
+    try:
+        job: TrainingJob = services.jobs.repository.get(UUID(job_id), version=LATEST)
+    except Exception:  # noqa: BLE001 - no such aggregate, or one the ledger cannot fold
+        job = None  # type: ignore[assignment]
+    if job is None:
+        return [f"job {job_id}: the views show it, the ledger has no such job"] if row else []
+    if row is None:
+        return [f"job {job_id} ({job.name}): in the ledger, missing from the views"]
+    folded = {"owner": job.owner, "name": job.name, "status": str(job.status),
+              "deleted": bool(job.deleted), "node": job.node_name}  # fmt: skip
+    shown = {"owner": row["owner"], "name": row["name"], "status": row["status"],
+             "deleted": row["deleted_at"] is not None, "node": row["node"]}  # fmt: skip
+    return [
+        f"job {job_id} ({job.name}): {key} is {shown[key]!r} in the views, {folded[key]!r} in "
+        "the ledger"
+        for key in folded
+        if folded[key] != shown[key]
+    ]
