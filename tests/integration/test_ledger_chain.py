@@ -15,7 +15,10 @@ import psycopg
 from api.settings import Settings
 from domain.application import TrainingJobs
 from projections.chain import GENESIS, ChainRow, RawEvent, event_hash, ledger_digest, verify_chain
-from tests.integration.test_time_travel import BOB_TOKEN, Api, api  # noqa: F401
+from tests.integration import test_time_travel
+from tests.integration.test_time_travel import BOB_TOKEN, Api
+
+api = test_time_travel.api  # the same fixture: the real app and CLI on each store
 
 DIGEST = re.compile(r"[0-9a-f]{64}")
 
