@@ -474,15 +474,30 @@ class TrainingJob(Aggregate):
         self.commit = commit or self.commit
         self.status = Status.ENQUEUED
 
-    @event("Started")
+    class Started(Aggregate.Event):
+        """Every node built and its accelerators allocated: the job runs. Version 2 always
+        holds ``allocations`` (each node's indices); version 1, from before multi-node jobs,
+        held node 0's ``accelerators`` only, and is upcast when read."""
+
+        class_version = 2
+        commit: str | None
+        accelerators: list[int]
+        allocations: list[list[int]]
+        by: Actor
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            if state.get("allocations") is None:
+                state["allocations"] = [list(state["accelerators"])]
+
+    @event(Started)
     def _started(
-        self, commit: str | None, accelerators: list[int], by: Actor,
-        allocations: list[list[int]] | None = None,
+        self, commit: str | None, accelerators: list[int], allocations: list[list[int]],
+        by: Actor,
     ) -> None:  # fmt: skip
         self.commit = commit
         self.accelerators = list(accelerators)
-        for placement, indices in zip(self.placements, allocations or [accelerators],
-                                      strict=False):  # fmt: skip
+        for placement, indices in zip(self.placements, allocations, strict=False):
             placement["accelerators"] = list(indices)
         self.status = Status.IN_PROGRESS
 

@@ -1,0 +1,104 @@
+"""A ledger written in December 2026 (``tests/fixtures/ledger-2026-12.json``: every kind of
+event of that time) is read by today's code on each store: every job folds to the status it
+had, the views show it, and events of an older shape are upcast."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from api.services import Services, build_services
+from api.settings import Settings
+from api.verify import verify_ledger
+from domain.model import TrainingJob, user
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger-2026-12.json"
+
+
+def load_fixture() -> dict[str, Any]:
+    fixture: dict[str, Any] = json.loads(FIXTURE.read_text())
+    return fixture
+
+
+def import_ledger(services: Services, events: list[dict[str, Any]]) -> None:
+    """The fixture's stored events, inserted as they were stored, in their order."""
+    services.jobs.recorder.insert_events([
+        StoredEvent(originator_id=UUID(event["originator_id"]),
+                    originator_version=event["originator_version"], topic=event["topic"],
+                    state=event["state"].encode())
+        for event in events
+    ])  # fmt: skip
+    services.projector.catch_up()
+
+
+@pytest.fixture
+def services(database_url: str, tmp_path: Path) -> Any:
+    opened = build_services(Settings(data_dir=tmp_path, database_url=database_url))
+    yield opened
+    opened.close()
+
+
+def test_every_job_of_the_stored_ledger_folds_to_its_status(services: Services) -> None:
+    fixture = load_fixture()
+    import_ledger(services, fixture["events"])
+    assert len(fixture["statuses"]) == 10
+    for job_id, status in fixture["statuses"].items():
+        job = services.jobs.job(UUID(job_id))
+        assert str(job.status) == status, job.name
+        shown = services.queries.job(job_id)
+        assert shown is not None and shown["status"] == status
+    verified = verify_ledger(services)
+    assert verified["view_differences"] == [], verified
+    assert verified["events"] == len(fixture["events"])
+
+
+def test_commands_go_on_from_the_stored_ledger(services: Services) -> None:
+    fixture = load_fixture()
+    import_ledger(services, fixture["events"])
+    running = next(UUID(job_id) for job_id, status in fixture["statuses"].items()
+                   if status == "in progress")  # fmt: skip
+    services.jobs.request_stop(running, by=user("alice"))
+    assert str(services.jobs.job(running).status) == "stop in progress"
+    fresh = services.jobs.submit("alice", "after-upgrade", {
+        "repository_url": "https://example.com/r.git", "entry_point": ["t.py"], "accels": 1,
+        "nodes": 1}, by=user("alice"))  # fmt: skip
+    assert services.jobs.job(fresh.job_id).name == "after-upgrade"
+
+
+def test_a_started_event_of_version_1_is_upcast(services: Services) -> None:
+    """Before multi-node jobs, ``Started`` held node 0's accelerators only (no
+    ``allocations``): read today, each node's indices come from it."""
+    fixture = load_fixture()
+    events = fixture["events"]
+    started = next(event for event in events if event["topic"].endswith("TrainingJob.Started"))
+    state = json.loads(started["state"])
+    state.pop("allocations")
+    state.pop("class_version", None)
+    started["state"] = json.dumps(state, separators=(",", ":"))
+    import_ledger(services, events)
+    job: TrainingJob = services.jobs.job(UUID(started["originator_id"]))
+    assert job.placements[0]["accelerators"] == state["accelerators"]
+    history = services.jobs.history(UUID(started["originator_id"]))
+    [upcast] = [event for event in history if isinstance(event, TrainingJob.Started)]
+    assert upcast.allocations == [state["accelerators"]]  # type: ignore[attr-defined]
+
+
+def test_new_started_events_are_stored_as_version_2(services: Services) -> None:
+    fixture = load_fixture()
+    import_ledger(services, fixture["events"])
+    recorder = services.jobs.recorder
+    before = recorder.max_notification_id() or 0  # type: ignore[attr-defined]
+    queued = next(UUID(job_id) for job_id, status in fixture["statuses"].items()
+                  if status == "in progress")  # fmt: skip
+    node = services.jobs.job(queued).node_id
+    assert node is not None
+    services.jobs.report(queued, node, {"node_id": node, "type": "exited", "exit_code": 0})
+    new = recorder.select_notifications(before + 1, 100)  # type: ignore[attr-defined]
+    started = [n for n in new if n.topic.endswith("TrainingJob.Started")]
+    assert started, [n.topic for n in new]  # the waiting job started on the freed accelerators
+    assert json.loads(bytes(started[0].state))["class_version"] == 2
