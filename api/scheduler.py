@@ -10,6 +10,10 @@ Each round (woken by submissions, reports and registrations, else every
 3. every waiting job gets a one-line reason and the detail behind it (:mod:`api.waits`);
 4. about once a second, stops no node confirmed in time fail, and jobs past their time limit
    whose node did not end them fail ``time_limit_exceeded``.
+
+Only one server schedules at a time: the one holding the scheduler lock
+(:mod:`api.leadership`); replicas of it on the same PostgreSQL stand by and take over within a
+few seconds of its death. All of the above is the leader's work.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from api.leadership import RETRY_S, LeaderLock
 from api.services import Services
 from cli.durations import human_duration
 from domain.model import DomainError, Status
@@ -34,6 +39,8 @@ ROUND_GAP_S = 0.005
 """The least time between two rounds."""
 DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
+LEADER_RETRY_S = RETRY_S
+"""How often a server that does not schedule tries to take the scheduler lock."""
 
 
 class Scheduler:
@@ -211,10 +218,47 @@ class Scheduler:
         return True
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+        self._thread = threading.Thread(target=self._follow_lock, name="scheduler", daemon=True)
         self._thread.start()
 
-    def _loop(self) -> None:
+    def _follow_lock(self) -> None:
+        """Schedule while this server holds the scheduler lock; stand by and try to take it
+        about once a second otherwise (see :mod:`api.leadership`)."""
+        lock = self.services.leader_lock
+        standing_by = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    leads = lock.acquire()
+                except Exception:
+                    log.exception("taking the scheduler lock failed")
+                    leads = False
+                if leads:
+                    standing_by = False
+                    self._lead(lock)
+                    continue
+                if not standing_by:
+                    log.info("another server schedules; this one stands by to take over")
+                    standing_by = True
+                self._stop.wait(LEADER_RETRY_S)
+        finally:
+            self.services.scheduler_leader.clear()
+            lock.release()
+
+    def _lead(self, lock: LeaderLock) -> None:
+        log.info("this server schedules now (it holds the scheduler lock)")
+        # Node leases count from now: agents that talked to a replica that just died need
+        # their --node-timeout to find this one.
+        self.started_at = datetime.now(UTC)
+        self._deadlines_at = 0.0
+        self.services.scheduler_leader.set()
+        try:
+            self._loop(lock)
+        finally:
+            self.services.scheduler_leader.clear()
+            lock.release()
+
+    def _loop(self, lock: LeaderLock) -> None:
         wakeup = self.services.settings.scheduler_interval_s
         while not self._stop.is_set():
             self.services.scheduler_wakeup.wait(wakeup)
@@ -222,6 +266,12 @@ class Scheduler:
             # a burst of reports is not a round each.
             self._stop.wait(ROUND_GAP_S)
             self.services.scheduler_wakeup.clear()
+            if self._stop.is_set():
+                return
+            if not lock.held():
+                log.warning("the scheduler lock is lost (its database connection broke): this "
+                            "server stops scheduling and tries to take the lock again")  # fmt: skip
+                return
             try:
                 self.run_once()
             except Exception as error:  # each round survives its own errors

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from api.artifacts import ArchiveLimits, LocalArtifactStore
 from api.assignment_waiters import AssignmentWaiters
 from api.followers import LogFollowers
+from api.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.ledger_format import check_ledger_format
 from api.settings import Settings
 from api.state import OperationalState
 from api.waits import Waits
 from domain.application import TrainingJobs
-from projections.db import Database, open_database
+from projections.db import Database, LedgerListener, PostgresDatabase, open_database
 from projections.projector import Projector
 from projections.queries import Queries
+
+LEDGER_POLL_S = 1.0
+"""On PostgreSQL, how often the views read the ledger when no notification came (a net)."""
 
 
 @dataclass
@@ -31,6 +36,10 @@ class Services:
     waits: Waits
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
+    leader_lock: LeaderLock = field(default_factory=AlwaysLeader)
+    """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
+    scheduler_leader: threading.Event = field(default_factory=threading.Event)
+    """Set while this server's scheduler holds the lock and schedules."""
 
     def close(self) -> None:
         self.projector.stop()
@@ -54,6 +63,18 @@ def build_services(settings: Settings) -> Services:
     assignment_waiters = AssignmentWaiters()
     projector.listeners.append(assignment_waiters.on_events)
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
+    scheduler_wakeup = threading.Event()
+    leader_lock: LeaderLock
+    if isinstance(database, PostgresDatabase):
+        # Replicas may share this database: views follow the ledger by LISTEN/NOTIFY (and a
+        # slow poll), and one replica at a time schedules, woken by others' writes too.
+        jobs.after_save = (database.notify_ledger,)
+        projector.follow_by(LedgerListener(database.dedicated_connection), poll_s=LEDGER_POLL_S)
+        projector.followed.append(scheduler_wakeup.set)
+        leader_lock = PostgresLeaderLock(database.dedicated_connection)
+    else:
+        sqlite_file = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
+        leader_lock = FileLeaderLock(sqlite_file.with_name(sqlite_file.name + ".scheduler-lock"))
     return Services(
         settings=settings,
         jobs=jobs,
@@ -65,4 +86,6 @@ def build_services(settings: Settings) -> Services:
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
         waits=Waits(database),
+        scheduler_wakeup=scheduler_wakeup,
+        leader_lock=leader_lock,
     )

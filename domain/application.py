@@ -112,6 +112,16 @@ class TrainingJobs(Application[UUID]):
         super().register_transcodings(transcoder)
         transcoder.register(SetAsList())
 
+    after_save: tuple[Callable[[int], None], ...] = ()
+    """Told the last ledger position of each save once it committed (on PostgreSQL the server
+    sets one that tells the other replicas' views: see ``api.services``)."""
+
+    def _notify(self, recordings: list[Any]) -> None:
+        position = max((r.notification.id for r in recordings), default=None)
+        if position is not None:
+            for hook in self.after_save:
+                hook(position)
+
     # -- helpers --------------------------------------------------------------------------
 
     def _retrying(self, command: Callable[[], T]) -> T:

@@ -10,11 +10,12 @@ connection came within the wait, and recover by themselves once the server answe
 
 from __future__ import annotations
 
+import logging
 import select
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ from psycopg.rows import dict_row
 from psycopg_pool.abc import CT
 
 Row = dict[str, Any]
+log = logging.getLogger(__name__)
 
 DEFAULT_WAIT_S = 1.5
 """How long a caller waits for a PostgreSQL connection before hearing that it is unavailable."""
@@ -124,6 +126,8 @@ class PostgresDatabase:
         # Fail fast with the server's own reason (unknown role, missing database, refused):
         # the pool would only say that it timed out.
         psycopg.connect(conninfo, connect_timeout=connect_timeout_s).close()
+        self.conninfo = conninfo
+        self.connect_timeout_s = connect_timeout_s
         self._pool = FailFastPool(
             conninfo,
             min_size=1,
@@ -142,6 +146,79 @@ class PostgresDatabase:
 
     def close(self) -> None:
         self._pool.close()
+
+    def notify_ledger(self, position: int) -> None:
+        """Tell every replica's views that the ledger grew (``NOTIFY flexai_ledger``, the
+        position as its payload), once the write committed. Best effort: should it fail, the
+        views' slow poll finds the events anyway."""
+        try:
+            with self.transaction() as cursor:
+                cursor.execute("SELECT pg_notify(?, ?)", (LEDGER_CHANNEL, str(position)))
+        except Exception as error:
+            log.warning("could not tell the replicas of ledger position %d: %s", position, error)
+
+    def dedicated_connection(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool (see :func:`dedicated_connection`)."""
+        return dedicated_connection(self.conninfo, self.connect_timeout_s)
+
+
+def dedicated_connection(conninfo: str, connect_timeout_s: int) -> psycopg.Connection[Any]:
+    """A connection outside every pool, in autocommit, for what must live as long as the
+    connection does (a LISTEN, a session-level advisory lock).
+
+    TCP keepalives and a user timeout make a peer gone silent (a dropped network) show as a
+    broken connection within about ten seconds rather than the kernel's two hours.
+    """
+    return psycopg.connect(
+        conninfo, autocommit=True, connect_timeout=connect_timeout_s, keepalives=1,
+        keepalives_idle=5, keepalives_interval=2, keepalives_count=2, tcp_user_timeout=10_000,
+    )  # fmt: skip
+
+
+LEDGER_CHANNEL = "flexai_ledger"
+"""The channel told of every commit to the ledger (:meth:`PostgresDatabase.notify_ledger`)."""
+LISTEN_RETRY_S = 1.0
+"""How often a listener whose connection broke tries to connect again."""
+
+
+class LedgerListener:
+    """LISTENs on :data:`LEDGER_CHANNEL` on a connection of its own, connecting again when it
+    breaks."""
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self._connect = connect
+        self._connection: psycopg.Connection[Any] | None = None
+        self._retry_at = 0.0
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a commit to the ledger; True when one came (all
+        that came meanwhile are taken at once), or when listening (re)started: what was
+        committed while nobody listened is to be read now."""
+        connection = self._connection
+        if connection is None or connection.closed or connection.broken:
+            self.close()
+            if time.monotonic() < self._retry_at:
+                time.sleep(timeout)  # the database is away: the caller's poll goes on
+                return False
+            try:
+                connection = self._connect()
+                connection.execute(f"LISTEN {LEDGER_CHANNEL}")
+            except psycopg.Error:
+                self._retry_at = time.monotonic() + LISTEN_RETRY_S
+                time.sleep(timeout)
+                return False
+            self._connection = connection
+            return True
+        try:
+            return bool(list(connection.notifies(timeout=timeout, stop_after=1)))
+        except psycopg.Error:
+            self.close()
+            return True
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 class DatabaseUnavailable(Exception):
@@ -196,6 +273,11 @@ class FailFastPool(postgres.ConnectionPool[CT]):
                 return connection
             connection.close()
             self.putconn(connection)  # discarded; the pool connects a new one in its place
+
+
+def connection_lost(connection: psycopg.Connection[Any]) -> bool:
+    """Whether the server has hung up on this idle connection (no round trip; see below)."""
+    return _hung_up(connection)
 
 
 def _hung_up(connection: psycopg.Connection[Any]) -> bool:

@@ -9,6 +9,10 @@ before it stay applied, :attr:`Projector.halted` names it, and every later ``cat
 :class:`ProjectionHalted` until the server is restarted with a fix (or told to skip that event
 with ``skip``). A database that is away for a moment is not such a failure: the next round
 retries.
+
+Events other replicas write are followed in a background thread (:meth:`Projector.start`): on
+PostgreSQL as soon as ``NOTIFY flexai_ledger`` tells of them (:meth:`Projector.follow_by`), with
+a slow poll as a safety net; on SQLite by polling.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from eventsourcing.application import Application
 
@@ -28,9 +32,18 @@ from projections.views import VIEW_TABLES, VIEWS_VERSION, apply_event, create_ta
 
 log = logging.getLogger(__name__)
 BATCH = 200
+STOP_SLICE_S = 0.25
+"""The longest a follower waiting for a notification takes to see that it is to stop."""
 
 Listener = Callable[[Sequence[Any]], None]
 """Told of each batch of domain events once it is committed to the views."""
+
+
+class Notifications(Protocol):
+    """Tells of commits to the ledger (see :class:`projections.db.LedgerListener`)."""
+
+    def wait(self, timeout: float) -> bool: ...
+    def close(self) -> None: ...
 
 
 class ProjectionTimeout(Exception):
@@ -85,6 +98,10 @@ class Projector:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._notifications: Notifications | None = None
+        self._poll_s = 1.0
+        self.followed: list[Callable[[], None]] = []
+        """Called when the background follower found events (written by another replica)."""
         with database.transaction(write=True) as cursor:
             self._rebuild_if_reshaped(cursor)
             create_tables(cursor)
@@ -216,24 +233,58 @@ class Projector:
                 raise ProjectionTimeout(f"views did not reach ledger position {position}")
             time.sleep(0.01)
 
+    def follow_by(self, notifications: Notifications, poll_s: float = 1.0) -> None:
+        """Follow the ledger by ``notifications`` (PostgreSQL's LISTEN) once started: catch up
+        as soon as one comes, and every ``poll_s`` seconds anyway, as a safety net."""
+        self._notifications = notifications
+        self._poll_s = poll_s
+
     def start(self, interval: float = 0.25) -> None:
-        """Follow events written elsewhere (other replicas) in a background thread."""
+        """Follow events written elsewhere (other replicas) in a background thread: when told
+        of them (see :meth:`follow_by`), else by reading the ledger every ``interval`` s."""
         self._thread = threading.Thread(
             target=self._follow, args=(interval,), name="projector", daemon=True
         )
         self._thread.start()
 
     def _follow(self, interval: float) -> None:
-        while not self._stop.wait(interval):
-            try:
-                self.catch_up()
-            except ProjectionHalted:
-                continue  # said loudly once; health and metrics keep saying it
-            except Exception as error:  # keep following; the next round retries
-                if is_unavailable(error):
-                    log.warning("projection catch-up waits for the database: %s", error)
+        notifications = self._notifications
+        try:
+            while not self._stop.is_set():
+                if notifications is None:
+                    if self._stop.wait(interval):
+                        return
                 else:
-                    log.exception("projection catch-up failed")
+                    self._await(notifications)
+                    if self._stop.is_set():
+                        return
+                self._follow_once()
+        finally:
+            if notifications is not None:
+                notifications.close()
+
+    def _await(self, notifications: Notifications) -> None:
+        """Until a notification, ``poll_s`` passed, or ``stop`` (in slices, so that stopping
+        never waits for a whole poll)."""
+        deadline = time.monotonic() + self._poll_s
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or notifications.wait(min(left, STOP_SLICE_S)):
+                return
+
+    def _follow_once(self) -> None:
+        try:
+            before = self.position()
+            if self.catch_up() > before:
+                for hook in self.followed:
+                    hook()
+        except ProjectionHalted:
+            pass  # said loudly once; health and metrics keep saying it
+        except Exception as error:  # keep following; the next round retries
+            if is_unavailable(error):
+                log.warning("projection catch-up waits for the database: %s", error)
+            else:
+                log.exception("projection catch-up failed")
 
     def stop(self) -> None:
         self._stop.set()

@@ -34,8 +34,10 @@ def health(services: ServicesDep) -> JSONResponse:
         if not is_unavailable(error):
             raise
         reason = " ".join(str(error).split())[:300]
-        return _answer(False, database=f"unavailable: {reason}")
-    body: dict[str, Any] = {"projection_position": views, "ledger_position": ledger}
+        return _answer(False, database=f"unavailable: {reason}",
+                       scheduler=scheduler_role(services))  # fmt: skip
+    body: dict[str, Any] = {"projection_position": views, "ledger_position": ledger,
+                            "scheduler": scheduler_role(services)}  # fmt: skip
     halted = services.projector.halted
     if halted is not None:
         return _answer(
@@ -49,6 +51,11 @@ def health(services: ServicesDep) -> JSONResponse:
 
 def _answer(ok: bool, **body: Any) -> JSONResponse:
     return JSONResponse({"ok": ok, **body}, status_code=200 if ok else 503)
+
+
+def scheduler_role(services: Services) -> str:
+    """``leader`` while this server schedules, ``standby`` while another replica does."""
+    return "leader" if services.scheduler_leader.is_set() else "standby"
 
 
 @router.get("/metrics", response_class=Response)
@@ -92,6 +99,11 @@ class ServerCollector(Collector):
                          max(0, ledger - views))  # fmt: skip
         yield _gauge(
             "flexai_log_followers", "open `logs --follow` streams", services.log_followers.count
+        )
+        yield _gauge(
+            "flexai_scheduler_leader",
+            "1 while this server schedules (holds the scheduler lock), 0 while it stands by",
+            1 if services.scheduler_leader.is_set() else 0,
         )
 
 
