@@ -18,6 +18,7 @@ from domain.application import TrainingJobs
 from projections.db import Database, LedgerListener, PostgresDatabase, open_database
 from projections.projector import Projector
 from projections.queries import Queries
+from projections.rebuild import Rebuilder
 
 LEDGER_POLL_S = 1.0
 """On PostgreSQL, how often the views read the ledger when no notification came (a net)."""
@@ -40,6 +41,8 @@ class Services:
     """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
     scheduler_leader: threading.Event = field(default_factory=threading.Event)
     """Set while this server's scheduler holds the lock and schedules."""
+    rebuilder: Rebuilder | None = None
+    """Rebuilds the views from the ledger (``flexai admin rebuild-projections``)."""
 
     def close(self) -> None:
         self.projector.stop()
@@ -88,4 +91,5 @@ def build_services(settings: Settings) -> Services:
         waits=Waits(database),
         scheduler_wakeup=scheduler_wakeup,
         leader_lock=leader_lock,
+        rebuilder=Rebuilder(jobs, projector, database),
     )

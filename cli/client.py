@@ -169,6 +169,14 @@ class ApiClient:
         body = {"expect_digest": expect_digest} if expect_digest else {}
         return self._json("POST", "/v1/admin/verify", json=body)
 
+    def admin_rebuild(self) -> dict[str, Any]:
+        """``POST /v1/admin/rebuild-projections``: start rebuilding the views (admin token)."""
+        return self._json("POST", "/v1/admin/rebuild-projections")
+
+    def admin_rebuild_progress(self) -> dict[str, Any]:
+        """``GET /v1/admin/rebuild-projections``: the last rebuild's progress."""
+        return self._json("GET", "/v1/admin/rebuild-projections")
+
     def audit_state(
         self, job_id: str, version: int | None = None, at: str | None = None
     ) -> dict[str, Any]:

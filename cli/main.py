@@ -81,7 +81,7 @@ def _add_group(
     group.set_defaults(help_parser=group)
     subcommands = group.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     for command in commands:
-        module = _command(package, command)
+        module = _command(package, command.replace("-", "_"))
         sub = subcommands.add_parser(
             command,
             help=_summary(module.__doc__),

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -144,6 +145,12 @@ class Projector:
         )
         cursor.execute("SELECT position FROM projection_tracking WHERE name = ?", (self.name,))
         return cursor.fetchone() is not None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """No catch-up of these views in this process meanwhile (a rebuild swaps them)."""
+        with self._lock:
+            yield
 
     def position(self) -> int:
         with self.database.transaction() as cursor:

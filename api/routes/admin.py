@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api.deps import CurrentUser, ServicesDep
 from api.problems import Problem
 from api.verify import verify_ledger
+from projections.rebuild import RebuildRunning
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 ADMIN = "admin"
@@ -40,6 +41,31 @@ def require_admin(user: str) -> None:
             "this needs the admin token (`flexai server` printed it on first start; it is in "
             "<data-dir>/admin.token)",
         )  # fmt: skip
+
+
+@router.post("/rebuild-projections", status_code=202)
+def rebuild_projections(services: ServicesDep, user: CurrentUser) -> dict[str, Any]:
+    """Rebuild every view from the first event into fresh tables, in the background, then swap
+    them in at once (readers never see empty views). ``GET`` the same path for its progress."""
+    require_admin(user)
+    assert services.rebuilder is not None
+    try:
+        return services.rebuilder.start().to_json()
+    except RebuildRunning:
+        raise Problem(
+            409, "rebuild-running", "A rebuild is running",
+            "the views are being rebuilt already; `GET /v1/admin/rebuild-projections` (or "
+            "`flexai admin rebuild-projections --status`) follows it",
+        ) from None  # fmt: skip
+
+
+@router.get("/rebuild-projections")
+def rebuild_progress(services: ServicesDep, user: CurrentUser) -> dict[str, Any]:
+    """The last rebuild of the views on this server: its state, how far it got, rows swapped
+    in, how long it took, and its error if it failed."""
+    require_admin(user)
+    assert services.rebuilder is not None
+    return services.rebuilder.progress.to_json()
 
 
 @router.post("/verify")

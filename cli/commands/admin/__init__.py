@@ -5,4 +5,5 @@ They reach the server through its HTTP API with the admin token, like every othe
 from __future__ import annotations
 
 # In the order `flexai admin --help` lists them.
-ADMIN_COMMANDS = ("verify",)
+ADMIN_COMMANDS = ("verify", "rebuild-projections")
+"""A command ``a-b`` is the module ``a_b``."""

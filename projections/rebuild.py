@@ -1,0 +1,211 @@
+"""Rebuild every view from the first event into fresh tables, then swap them in at once.
+
+A second :class:`Projector` folds the whole ledger into shadow tables (SQLite: a file of their
+own beside the database; PostgreSQL: the schema ``flexai_rebuild`` of the same database) while
+the live views keep serving and following the ledger. Then, in one transaction on the live
+views, with their tracking row locked (so no projector of any replica applies an event
+meanwhile): the shadow catches up to at least where the live views are, every view table's
+rows are replaced by the shadow's, and the tracking position becomes the shadow's. Readers see
+the old views until that commit and the rebuilt ones after it: never an empty moment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
+
+from eventsourcing.application import Application
+
+from projections.db import Cursor, Database, PostgresDatabase, SQLiteDatabase
+from projections.projector import Projector
+from projections.views import VIEW_TABLES
+
+log = logging.getLogger(__name__)
+SHADOW_SCHEMA = "flexai_rebuild"
+SHADOW_ALIAS = "rebuild"
+
+
+class RebuildRunning(Exception):
+    """Another rebuild of these views has not finished."""
+
+
+@dataclass
+class RebuildProgress:
+    state: str = "idle"
+    """``idle``, ``running``, ``done`` or ``failed``."""
+    started_at: str | None = None
+    finished_at: str | None = None
+    position: int = 0
+    """Events the shadow views have folded so far."""
+    head: int = 0
+    """The ledger's last position when the rebuild began."""
+    rows: dict[str, int] = field(default_factory=dict)
+    """Rows of each view table once swapped in."""
+    seconds: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class Rebuilder:
+    """Rebuilds the views of ``live`` (one rebuild at a time per server)."""
+
+    def __init__(
+        self,
+        app: Application[Any],
+        live: Projector,
+        database: Database,
+        *,
+        shadow_sqlite_path: Path | None = None,
+    ) -> None:
+        self.app = app
+        self.live = live
+        self.database = database
+        self.shadow_sqlite_path = shadow_sqlite_path
+        self.progress = RebuildProgress()
+        self._running = threading.Lock()
+
+    def start(self) -> RebuildProgress:
+        """Begin a rebuild in a thread of its own; :class:`RebuildRunning` if one runs."""
+        if not self._running.acquire(blocking=False):
+            raise RebuildRunning()
+        self.progress = RebuildProgress(state="running", started_at=_now())
+        threading.Thread(target=self._run_and_release, name="views-rebuild", daemon=True).start()
+        return self.progress
+
+    def run(self) -> RebuildProgress:
+        """Rebuild now, in this thread."""
+        if not self._running.acquire(blocking=False):
+            raise RebuildRunning()
+        self.progress = RebuildProgress(state="running", started_at=_now())
+        self._run_and_release()
+        return self.progress
+
+    def _run_and_release(self) -> None:
+        began = time.monotonic()
+        try:
+            self._rebuild()
+            self.progress.state = "done"
+        except Exception as error:
+            log.exception("views rebuild failed")
+            self.progress.state = "failed"
+            self.progress.error = f"{type(error).__name__}: {error}"
+        finally:
+            self.progress.finished_at = _now()
+            self.progress.seconds = round(time.monotonic() - began, 3)
+            self._running.release()
+
+    # -- the rebuild -------------------------------------------------------------------
+
+    def _rebuild(self) -> None:
+        self.progress.head = self.app.recorder.max_notification_id() or 0  # type: ignore[attr-defined]
+        shadow_db, attach, detach = self._shadow()
+        try:
+            shadow = Projector(self.app, shadow_db)
+            self._fold(shadow)
+            attach()
+            try:
+                with self.live.held(), self.database.transaction(write=True) as cursor:
+                    live_position = self._lock_tracking(cursor)
+                    while self._fold(shadow) < live_position:
+                        time.sleep(0.01)  # the ledger's head, already written, is readable
+                    self.progress.rows = self._swap(cursor, shadow.position())
+                log.info("views rebuilt from the ledger up to position %d and swapped in "
+                         "(%s)", self.progress.position, self.progress.rows)  # fmt: skip
+            finally:
+                detach()
+        finally:
+            shadow_db.close()
+            self._drop_shadow()
+
+    def _fold(self, shadow: Projector) -> int:
+        position = shadow.catch_up()
+        self.progress.position = position
+        return position
+
+    def _lock_tracking(self, cursor: Cursor) -> int:
+        lock = " FOR UPDATE" if self.database.dialect == "postgres" else ""
+        cursor.execute(f"SELECT position FROM projection_tracking WHERE name = ?{lock}",
+                       (self.live.name,))  # fmt: skip
+        row = cursor.fetchone()
+        return int(row["position"]) if row else 0
+
+    def _swap(self, cursor: Cursor, position: int) -> dict[str, int]:
+        source = SHADOW_ALIAS if self.database.dialect == "sqlite" else SHADOW_SCHEMA
+        rows = {}
+        for table in VIEW_TABLES:
+            columns = ", ".join(self._columns(cursor, table))
+            cursor.execute(f"DELETE FROM {table}")
+            cursor.execute(f"INSERT INTO {table} ({columns}) "
+                           f"SELECT {columns} FROM {source}.{table}")  # fmt: skip
+            cursor.execute(f"SELECT COUNT(*) AS n FROM {table}")
+            row = cursor.fetchone()
+            rows[table] = int(row["n"]) if row else 0
+        cursor.execute("UPDATE projection_tracking SET position = ? WHERE name = ?",
+                       (position, self.live.name))  # fmt: skip
+        return rows
+
+    def _columns(self, cursor: Cursor, table: str) -> list[str]:
+        if self.database.dialect == "sqlite":
+            cursor.execute(f"SELECT name FROM pragma_table_info('{table}')")
+        else:
+            cursor.execute("SELECT column_name AS name FROM information_schema.columns WHERE "
+                           "table_schema = current_schema() AND table_name = ? "
+                           "ORDER BY ordinal_position", (table,))  # fmt: skip
+        return [str(row["name"]) for row in cursor.fetchall()]
+
+    # -- where the shadow views live ---------------------------------------------------
+
+    def _shadow(self) -> tuple[Database, Callable[[], None], Callable[[], None]]:
+        """A fresh, empty shadow database; how to make it readable from the live views'
+        transaction (SQLite: ATTACH on this thread's connection), and how to undo that."""
+        self._drop_shadow()
+        if isinstance(self.database, SQLiteDatabase):
+            path = self.shadow_sqlite_path or Path(f"{self.database.path}.views-rebuild")
+            live = self.database
+
+            def attach() -> None:
+                live._connection().execute(f"ATTACH DATABASE ? AS {SHADOW_ALIAS}", (str(path),))
+
+            def detach() -> None:
+                with suppress(Exception):
+                    live._connection().execute(f"DETACH DATABASE {SHADOW_ALIAS}")
+
+            return SQLiteDatabase(str(path)), attach, detach
+        assert isinstance(self.database, PostgresDatabase)
+        with self.database.transaction(write=True) as cursor:
+            cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {SHADOW_SCHEMA}")
+        return PostgresDatabase(_with_search_path(self.database.conninfo, SHADOW_SCHEMA),
+                                max_size=2), (lambda: None), (lambda: None)  # fmt: skip
+
+    def _drop_shadow(self) -> None:
+        if isinstance(self.database, SQLiteDatabase):
+            path = self.shadow_sqlite_path or Path(f"{self.database.path}.views-rebuild")
+            for suffix in ("", "-wal", "-shm"):
+                with suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
+            return
+        with self.database.transaction(write=True) as cursor:
+            cursor.execute(f"DROP SCHEMA IF EXISTS {SHADOW_SCHEMA} CASCADE")
+
+
+def _with_search_path(conninfo: str, schema: str) -> str:
+    """The URL with ``options=-csearch_path=SCHEMA`` (libpq's way to set it per session)."""
+    parts = urlparse(conninfo)
+    query = [(key, value) for key, value in parse_qsl(parts.query) if key != "options"]
+    query.append(("options", f"-csearch_path={schema}"))
+    return urlunparse(parts._replace(query=urlencode(query)))
