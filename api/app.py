@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from api import problems
 from api.limits import BodyLimits
+from api.metrics import RequestMetrics
 from api.routes import admin, agent, audit, datasets, health, jobs, nodes
 from api.scheduler import Scheduler
 from api.services import Services
@@ -53,4 +54,5 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        user_for=services.state.user_for,
                        known_user=services.state.known_user)  # fmt: skip
+    app.add_middleware(RequestMetrics, metrics=services.metrics)  # outermost: times it all
     return app

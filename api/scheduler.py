@@ -55,6 +55,11 @@ class Scheduler:
         services = self.services
         if services.projector.halted is not None:
             return  # its decisions could not be shown; health says why
+        with services.metrics.scheduler_rounds.time():
+            self._round()
+
+    def _round(self) -> None:
+        services = self.services
         self._lose_silent_nodes()
         capacity = self._capacity()
         waits = self._place(capacity)

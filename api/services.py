@@ -11,6 +11,7 @@ from api.assignment_waiters import AssignmentWaiters
 from api.followers import LogFollowers
 from api.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.ledger_format import check_ledger_format
+from api.metrics import ServerMetrics
 from api.settings import Settings
 from api.state import OperationalState
 from api.waits import Waits
@@ -41,6 +42,8 @@ class Services:
     """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
     scheduler_leader: threading.Event = field(default_factory=threading.Event)
     """Set while this server's scheduler holds the lock and schedules."""
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    """Requests per route, their latency, scheduler rounds (``/metrics``)."""
     rebuilder: Rebuilder | None = None
     """Rebuilds the views from the ledger (``flexai admin rebuild-projections``)."""
 

@@ -36,6 +36,12 @@ class Queries:
             (owner,),
         )
 
+    def jobs_per_status(self) -> dict[str, int]:
+        """Live (not deleted) jobs of every owner, by status."""
+        rows = self._all("SELECT status, COUNT(*) AS n FROM job_list WHERE deleted_at IS NULL "
+                         "GROUP BY status")  # fmt: skip
+        return {str(row["status"]): int(row["n"]) for row in rows}
+
     def job_by_name(self, owner: str, name: str) -> dict[str, Any] | None:
         row = self._one(
             "SELECT d.document FROM job_list l JOIN job_details d ON d.id = l.id "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
@@ -63,7 +64,8 @@ def metrics(services: ServicesDep) -> Response:
     """Prometheus metrics of this server (text exposition format)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ServerCollector(services))
-    return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+    text = generate_latest(registry) + generate_latest(services.metrics.registry)
+    return Response(text, media_type="text/plain; version=0.0.4")
 
 
 class ServerCollector(Collector):
@@ -97,6 +99,14 @@ class ServerCollector(Collector):
             yield _gauge("flexai_ledger_position", "the last ledger position", ledger)
             yield _gauge("flexai_views_lag_events", "events the views have yet to apply",
                          max(0, ledger - views))  # fmt: skip
+            yield _gauge("flexai_views_lag_seconds",
+                         "age of the oldest event the views have yet to apply (0: none)",
+                         _lag_seconds(services, views, ledger))  # fmt: skip
+            jobs = GaugeMetricFamily("flexai_jobs", "live (not deleted) jobs by status",
+                                     labels=["status"])  # fmt: skip
+            for status, count in services.queries.jobs_per_status().items():
+                jobs.add_metric([status], count)
+            yield jobs
         yield _gauge(
             "flexai_log_followers", "open `logs --follow` streams", services.log_followers.count
         )
@@ -105,6 +115,17 @@ class ServerCollector(Collector):
             "1 while this server schedules (holds the scheduler lock), 0 while it stands by",
             1 if services.scheduler_leader.is_set() else 0,
         )
+
+
+def _lag_seconds(services: Services, views: int, ledger: int) -> float:
+    if ledger <= views:
+        return 0.0
+    pending = services.jobs.recorder.select_notifications(views + 1, 1)
+    if not pending:
+        return 0.0
+    event: Any = services.jobs.mapper.to_domain_event(pending[0])
+    recorded: datetime = event.timestamp
+    return max(0.0, (datetime.now(UTC) - recorded).total_seconds())
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
