@@ -135,6 +135,8 @@ class JobPublic(JobSummary):
 class JobsPublic(BaseModel):
     jobs: list[JobSummary]
     count: int
+    next_cursor: str | None = None
+    """Pass as ``cursor`` for the next page; None on the last page."""
 
 
 class JobDeleted(BaseModel):

@@ -74,9 +74,24 @@ class ApiClient:
         """``POST /v1/jobs``: submit a JobCreate, get the JobPublic."""
         return self._json("POST", "/v1/jobs", json=job)
 
-    def list_jobs(self) -> dict[str, Any]:
-        """``GET /v1/jobs``: ``{"jobs": [JobSummary], "count": n}``, newest first."""
-        return self._json("GET", "/v1/jobs")
+    def list_jobs(
+        self,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        statuses: Iterable[str] = (),
+        name_prefix: str | None = None,
+    ) -> dict[str, Any]:
+        """``GET /v1/jobs``: one page, ``{"jobs": [JobSummary], "count": n, "next_cursor":
+        str | None}``, newest first; pass ``next_cursor`` back as ``cursor`` for the next."""
+        params: dict[str, Any] = {"status": list(statuses)}
+        if limit is not None:
+            params["limit"] = limit
+        if cursor:
+            params["cursor"] = cursor
+        if name_prefix:
+            params["name_prefix"] = name_prefix
+        return self._json("GET", "/v1/jobs", params=params)
 
     def get_job(self, name: str) -> dict[str, Any]:
         """``GET /v1/jobs/{name}``: the JobPublic."""

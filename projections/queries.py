@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from domain.model import ON_A_NODE, Status
@@ -13,6 +13,38 @@ DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_
 SUMMARY_COLUMNS = (
     "id, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
 )
+NEWEST_FIRST = "created_at DESC, id DESC"
+"""The order of job lists; the id breaks ties, so that a page cursor is one exact place."""
+
+
+def page_jobs_sql(
+    owner: str,
+    limit: int,
+    after: tuple[str, str] | None = None,
+    statuses: Collection[Status] = (),
+    name_prefix: str = "",
+) -> tuple[str, list[Any]]:
+    """The query of one page of jobs, and its parameters.
+
+    Keyset pagination: a page is a backward range scan of ``job_list_owner_newest`` (or of
+    ``job_list_owner_status_newest`` for one status), however deep it lies, never an OFFSET;
+    and jobs created meanwhile sort before ``after``, so they never shift a later page.
+    """
+    where = ["owner = ?", "deleted_at IS NULL"]
+    params: list[Any] = [owner]
+    if statuses:
+        wanted = sorted({status.value for status in statuses})
+        where.append(f"status IN ({', '.join('?' * len(wanted))})")
+        params += wanted
+    if name_prefix:  # literal and case-sensitive on both stores: no LIKE wildcards to escape
+        where.append("substr(name, 1, ?) = ?")
+        params += [len(name_prefix), name_prefix]
+    if after is not None:
+        where.append("(created_at, id) < (?, ?)")
+        params += [*after]
+    sql = (f"SELECT {SUMMARY_COLUMNS} FROM job_list WHERE {' AND '.join(where)} "
+           f"ORDER BY {NEWEST_FIRST} LIMIT ?")  # fmt: skip
+    return sql, [*params, limit]
 
 
 class Queries:
@@ -29,12 +61,25 @@ class Queries:
         return rows[0] if rows else None
 
     def list_jobs(self, owner: str) -> list[Row]:
-        """The owner's live jobs, newest first."""
+        """Every live job of the owner's, newest first (unpaged: for internal callers)."""
         return self._all(
             f"SELECT {SUMMARY_COLUMNS} FROM job_list WHERE owner = ? AND deleted_at IS NULL "
-            "ORDER BY created_at DESC, id",
+            f"ORDER BY {NEWEST_FIRST}",
             (owner,),
         )
+
+    def page_jobs(
+        self,
+        owner: str,
+        limit: int,
+        *,
+        after: tuple[str, str] | None = None,
+        statuses: Collection[Status] = (),
+        name_prefix: str = "",
+    ) -> list[Row]:
+        """Up to ``limit`` live jobs of the owner's, newest first, from just past ``after``
+        (the last row seen: its created_at and id) on; see :func:`page_jobs_sql`."""
+        return self._all(*page_jobs_sql(owner, limit, after, statuses, name_prefix))
 
     def jobs_per_status(self) -> dict[str, int]:
         """Live (not deleted) jobs of every owner, by status."""

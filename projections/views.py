@@ -21,6 +21,17 @@ SCHEMA = [
         deleted_at TEXT, position BIGINT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS job_list_owner_name ON job_list (owner, name)",
     "CREATE INDEX IF NOT EXISTS job_list_status ON job_list (status)",
+    # A page of `GET /v1/jobs` is a backward range scan of one of these (live rows only).
+    # Created on every start if missing, so adding them needs no VIEWS_VERSION bump (which
+    # would replay the whole ledger).
+    """CREATE INDEX IF NOT EXISTS job_list_owner_newest ON job_list (owner, created_at, id)
+        WHERE deleted_at IS NULL""",
+    """CREATE INDEX IF NOT EXISTS job_list_owner_status_newest
+        ON job_list (owner, status, created_at, id) WHERE deleted_at IS NULL""",
+    # Inspect's lookup by name: without it, PostgreSQL on fresh statistics (views just
+    # rebuilt) prefers the partial index above to job_list_owner_name and scans every job.
+    """CREATE INDEX IF NOT EXISTS job_list_owner_live_name ON job_list (owner, name)
+        WHERE deleted_at IS NULL""",
     """CREATE TABLE IF NOT EXISTS job_details (
         id TEXT PRIMARY KEY, document TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS checkpoints (

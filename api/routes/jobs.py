@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 import anyio
@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from api.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.deps import CurrentUser, LedgerWritable, ServicesDep
 from api.followers import TooManyFollowers
 from api.problems import Problem, too_many_followers
@@ -90,16 +91,57 @@ def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> Jo
     return job_public(document)
 
 
+def parse_statuses(values: list[str]) -> set[Status]:
+    """Statuses from repeated and comma-separated values (``in-progress`` and ``IN_PROGRESS``
+    stand for ``in progress`` too); a 422 problem naming the allowed ones otherwise."""
+    wanted: set[Status] = set()
+    for value in (part.strip() for item in values for part in item.split(",")):
+        if not value:
+            continue
+        try:
+            wanted.add(Status(" ".join(value.lower().replace("-", " ").replace("_", " ").split())))
+        except ValueError:
+            allowed = ", ".join(f"'{status.value}'" for status in Status)
+            raise Problem(
+                422, "invalid-request", "Unknown status",
+                f"unknown status '{value}': use one of {allowed} (repeat `status` or separate "
+                "them with commas)", field="status", allowed=[status.value for status in Status],
+            ) from None  # fmt: skip
+    return wanted
+
+
 @router.get("")
-def list_jobs(services: ServicesDep, owner: CurrentUser) -> JobsPublic:
-    """List your jobs, newest first."""
-    rows = services.queries.list_jobs(owner)
-    waiting = [row["id"] for row in rows if row["status"] in WAITING]
+def list_jobs(
+    services: ServicesDep,
+    owner: CurrentUser,
+    limit: int = Query(default=50, ge=1, le=500, description="jobs per page"),
+    cursor: str | None = Query(default=None, max_length=1024,
+                               description="the previous page's next_cursor"),  # fmt: skip
+    status: Annotated[list[str] | None, Query(description="only jobs in these statuses")] = None,
+    name_prefix: str = Query(default="", max_length=63,
+                             description="only jobs whose name starts with this"),  # fmt: skip
+) -> JobsPublic:
+    """List your jobs, newest first, one page at a time (follow next_cursor)."""
+    statuses = parse_statuses(status or [])
+    try:
+        after = decode_cursor(cursor) if cursor else None
+    except InvalidCursor as error:
+        raise Problem(
+            422, "invalid-cursor", "Invalid cursor",
+            f"the cursor is malformed or was altered ({error}); list again from the first "
+            "page, without `cursor`, and pass each answer's next_cursor as it is",
+        ) from None  # fmt: skip
+    rows = services.queries.page_jobs(
+        owner, limit + 1, after=after, statuses=statuses, name_prefix=name_prefix
+    )
+    page, more = rows[:limit], len(rows) > limit
+    waiting = [row["id"] for row in page if row["status"] in WAITING]
     reasons = services.waits.reasons(waiting)
     jobs = [JobSummary.model_validate({**row, "duration_seconds": duration_seconds(row),
                                        "reason": reasons.get(row["id"])})
-            for row in rows]  # fmt: skip
-    return JobsPublic(jobs=jobs, count=len(jobs))
+            for row in page]  # fmt: skip
+    next_cursor = encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
+    return JobsPublic(jobs=jobs, count=len(jobs), next_cursor=next_cursor)
 
 
 @router.get("/{name}")
