@@ -15,7 +15,7 @@ import select
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -146,6 +146,21 @@ class PostgresDatabase:
 
     def close(self) -> None:
         self._pool.close()
+
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Append ``rows`` to ``table`` with ``COPY ... FROM STDIN`` in one transaction (bulk
+        loads: a rebuild's shadow views); return how many."""
+        count = 0
+        statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
+        with (
+            self._pool.connection() as connection,
+            connection.transaction(),
+            connection.cursor().copy(statement) as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+        return count
 
     def notify_ledger(self, position: int) -> None:
         """Tell every replica's views that the ledger grew (``NOTIFY flexai_ledger``, the
