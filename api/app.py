@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI
 
 from api import problems
+from api.deps import ReadAfter
 from api.limits import BodyLimits
 from api.metrics import RequestMetrics
 from api.routes import admin, agent, audit, datasets, health, jobs, nodes
@@ -44,12 +45,12 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.state.services = services
     app.state.scheduler = scheduler
     problems.install(app)
-    app.include_router(jobs.router)
+    app.include_router(jobs.router, dependencies=[ReadAfter])
     app.include_router(agent.router)
     app.include_router(audit.router)
     app.include_router(admin.router)
-    app.include_router(nodes.router)
-    app.include_router(datasets.router)
+    app.include_router(nodes.router, dependencies=[ReadAfter])
+    app.include_router(datasets.router, dependencies=[ReadAfter])
     app.include_router(health.router)
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        user_for=services.state.user_for,

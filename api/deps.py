@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.problems import unauthorized, views_halted
+from api.problems import Problem, unauthorized, views_halted
 from api.services import Services
-from projections.projector import ProjectionHalted
+from projections.projector import ProjectionHalted, ProjectionTimeout
 
 
 async def get_services(request: Request) -> Services:
@@ -53,3 +53,48 @@ async def ledger_writable(services: ServicesDep) -> None:
 
 
 LedgerWritable = ledger_writable
+
+
+POSITION_HEADER = "X-Flexai-Position"
+"""On a write's answer: the ledger position of what it recorded."""
+MIN_POSITION_HEADER = "X-Flexai-Min-Position"
+"""On a read: answer only from views that hold this ledger position (read your writes, made
+through any replica)."""
+READ_AFTER_WAIT_S = 5.0
+
+
+async def read_after(request: Request, services: ServicesDep) -> None:
+    """Hold a read until the views reach the position the client asks for (a write it made,
+    maybe through another replica, answered with it): no fixed sleep, no stale answer."""
+    value = request.headers.get(MIN_POSITION_HEADER)
+    if value is None:
+        return
+    try:
+        position = int(value)
+    except ValueError:
+        position = -1
+    if not 0 <= position < 2**63:
+        raise Problem(
+            422, "invalid-request", "Invalid position",
+            f"{MIN_POSITION_HEADER} must be a ledger position (a whole number from 0), as a "
+            f"write's {POSITION_HEADER} answer header gave it", field=MIN_POSITION_HEADER,
+        )  # fmt: skip
+    if position == 0 or services.projector.position() >= position:
+        return
+    try:
+        await run_in_threadpool(services.projector.wait, position, READ_AFTER_WAIT_S)
+    except ProjectionTimeout:
+        raise Problem(
+            503, "views-behind", "Views behind",
+            f"this server's views did not reach ledger position {position} within "
+            f"{READ_AFTER_WAIT_S:g} s; try again", headers={"Retry-After": "1"},
+        ) from None  # fmt: skip
+
+
+ReadAfter = Depends(read_after)
+
+
+def tell_position(response: Response, position: int | None) -> None:
+    """Put a write's ledger position on its answer (nothing recorded: none)."""
+    if position is not None:
+        response.headers[POSITION_HEADER] = str(position)

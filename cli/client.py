@@ -27,6 +27,10 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
 
 
+POSITION_HEADER = "X-Flexai-Position"
+MIN_POSITION_HEADER = "X-Flexai-Min-Position"
+
+
 def _segment(value: str | int) -> str:
     """One URL path segment, so that a name can never reach another route."""
     return quote(str(value), safe="")
@@ -51,7 +55,20 @@ class ApiClient:
                 "User-Agent": "flexai-cli",
             },
             timeout=timeout,
+            event_hooks={"request": [self._ask_position], "response": [self._note_position]},
         )
+        self.position = 0
+        """The ledger position of this client's last write: later reads wait for it, on
+        whichever replica answers them (``X-Flexai-Min-Position``)."""
+
+    def _ask_position(self, request: httpx.Request) -> None:
+        if self.position:
+            request.headers[MIN_POSITION_HEADER] = str(self.position)
+
+    def _note_position(self, response: httpx.Response) -> None:
+        value = response.headers.get(POSITION_HEADER, "")
+        if value.isdigit():
+            self.position = max(self.position, int(value))
 
     @classmethod
     def from_config(cls) -> ApiClient:

@@ -14,7 +14,7 @@ from fastapi.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from api.cursors import InvalidCursor, decode_cursor, encode_cursor
-from api.deps import CurrentUser, LedgerWritable, ServicesDep
+from api.deps import CurrentUser, LedgerWritable, ServicesDep, tell_position
 from api.followers import TooManyFollowers
 from api.problems import Problem, too_many_followers
 from api.schemas import (
@@ -61,7 +61,9 @@ def find_job(services: Services, owner: str, name: str) -> dict[str, Any]:
 
 
 @router.post("", status_code=201, dependencies=[Depends(LedgerWritable)])
-def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> JobPublic:
+def submit_job(
+    body: JobCreate, services: ServicesDep, owner: CurrentUser, response: Response
+) -> JobPublic:
     """Start a new training job."""
     spec = body.model_dump(exclude={"name"})
     if body.secrets:
@@ -85,6 +87,7 @@ def submit_job(body: JobCreate, services: ServicesDep, owner: CurrentUser) -> Jo
         spec["dataset_hashes"] = services.queries.dataset_hashes(owner, body.datasets)
     outcome = services.jobs.submit(owner, body.name, spec, by=user(owner))
     services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
     services.scheduler_wakeup.set()
     document = services.queries.job(str(outcome.job_id))
     assert document is not None
@@ -159,20 +162,26 @@ def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPubl
 
 
 @router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
-def stop_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPublic:
+def stop_job(
+    name: str, services: ServicesDep, owner: CurrentUser, response: Response
+) -> JobPublic:
     """Ask for a job to stop."""
     document = find_job(services, owner, name)
     outcome = services.jobs.request_stop(UUID(document["id"]), by=user(owner))
     services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
     return job_public(services.queries.job(document["id"]) or document)
 
 
 @router.delete("/{name}", dependencies=[Depends(LedgerWritable)])
-def delete_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobDeleted:
+def delete_job(
+    name: str, services: ServicesDep, owner: CurrentUser, response: Response
+) -> JobDeleted:
     """Delete a finished job; its history stays readable for audit."""
     document = find_job(services, owner, name)
     outcome = services.jobs.delete(UUID(document["id"]), by=user(owner))
     services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
     deleted = services.queries.job(document["id"]) or document
     return JobDeleted(id=deleted["id"], name=deleted["name"], deleted_at=deleted["deleted_at"])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -225,3 +226,49 @@ def test_opening_a_silent_postgres_fails_within_the_connect_timeout_saying_so(
     with pytest.raises(psycopg.OperationalError, match="timeout"):
         open_database(proxy.proxied(direct_url), connect_timeout_s=2)
     assert time.monotonic() - started < 4
+
+
+def test_a_postgres_restart_under_load_loses_nothing(start: Callable[..., Server]) -> None:
+    """Four clients submit while PostgreSQL goes away twice and comes back: every answer is a
+    201 or a 503 problem (never a 500), every job answered 201 exists once, and the server
+    recovers by itself."""
+    server = start()
+    created: list[str] = []
+    other: list[tuple[str, int, str]] = []
+    names = iter(range(10**6))
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def client() -> None:
+        while not done.is_set():
+            with lock:
+                name = f"load-{next(names)}"
+            response, _ = server.request("POST", "/v1/jobs", {**SPEC, "name": name})
+            with lock:
+                if response.status_code == 201:
+                    created.append(name)
+                else:
+                    other.append((name, response.status_code, response.text[:200]))
+            if response.status_code == 503:
+                time.sleep(0.05)
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    for outage in ("refuse", "blackhole"):
+        time.sleep(1.0)
+        server.proxy.cut(outage)
+        time.sleep(1.5)
+        server.proxy.restore()
+    time.sleep(1.5)
+    done.set()
+    for thread in clients:
+        thread.join(timeout=30)
+    assert len(created) > 20
+    assert all(code == 503 and "database-unavailable" in text for _, code, text in other), other
+    assert other, "the outages were not felt"
+    for name in created:
+        response, _ = server.request("GET", f"/v1/audit/jobs?name={name}")
+        assert response.status_code == 200 and len(response.json()["jobs"]) == 1, name
+    response, elapsed = server.request("POST", "/v1/jobs", {**SPEC, "name": "after"})
+    assert response.status_code == 201 and elapsed < DUE_S
