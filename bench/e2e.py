@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -149,12 +150,22 @@ class Flexai:
             time.sleep(poll)
 
     def succeeded(self, names: set[str]) -> int:
-        jobs = self.http.get("/v1/jobs").json()["jobs"]
-        failed = [job["name"] for job in jobs if job["name"] in names
-                  and job["status"] in ("failed", "rejected", "stopped")]  # fmt: skip
+        failed = [job["name"] for job in self._every("failed,rejected,stopped")
+                  if job["name"] in names]  # fmt: skip
         if failed:
             raise RuntimeError(f"jobs {failed[:5]} did not succeed; see the logs in {self.root}")
-        return sum(1 for job in jobs if job["name"] in names and job["status"] == "succeeded")
+        return sum(1 for job in self._every("succeeded") if job["name"] in names)
+
+    def _every(self, statuses: str) -> list[dict[str, Any]]:
+        """Every job with one of these statuses, page after page."""
+        jobs: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"status": statuses, "limit": 500}
+        while True:
+            page = self.http.get("/v1/jobs", params=params).json()
+            jobs.extend(page["jobs"])
+            if not page.get("next_cursor"):
+                return jobs
+            params["cursor"] = page["next_cursor"]
 
     def close(self) -> None:
         if hasattr(self, "http"):

@@ -1,0 +1,346 @@
+"""The ledger at production scale: submissions through the API, projection lag, view rebuilds.
+
+    .venv/bin/python bench/scale.py [--store postgres|sqlite|both] [--submissions N]
+                                    [--clients C] [--rate EVENTS_PER_S] [--seconds S]
+                                    [--rebuild-jobs N]
+
+Each figure is printed next to a baseline measured in the same run on the same database, and
+the ratio is the number to watch (the machines are shared and noisy):
+
+1. submit: N ``POST /v1/jobs`` (default 800) from C client threads (default 8) to a real
+   ``flexai server`` process, in jobs/s; baseline: a raw psycopg (or sqlite3) loop on one
+   connection that inserts and commits one row per submission into a scratch table of the same
+   database. Target on PostgreSQL: at least 0.5 x the baseline.
+2. lag: a steady stream of events (default 500/s for 10 s: job submissions, two events each,
+   from two writer threads on one application) while a second application's projector (another
+   replica: on PostgreSQL it follows by LISTEN/NOTIFY, on SQLite by its poll) applies them;
+   the lag of each event is the time from its commit to the views holding it. p50 and p99;
+   target p99 <= 50 ms. The rate actually reached is printed.
+3. rebuild: the views of N jobs (default 2,000; 6 events each) rebuilt from the ledger with
+   ``Rebuilder`` (shadow tables, then the swap), in events/s; baseline: the same number of
+   rows inserted raw in batches of 200 into a scratch table. Target: at least 0.3 x.
+
+PostgreSQL is ``FLEXAI_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/
+postgres``); each step uses a throwaway database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for entry in (ROOT, HERE):
+    if str(entry) not in sys.path:
+        sys.path.insert(0, str(entry))
+
+from api.settings import Settings  # noqa: E402
+from domain.application import TrainingJobs  # noqa: E402
+from domain.model import user  # noqa: E402
+from projections.db import LedgerListener, PostgresDatabase, open_database  # noqa: E402
+from projections.projector import Projector  # noqa: E402
+from projections.rebuild import Rebuilder  # noqa: E402
+from tests.pg import fresh_database  # noqa: E402
+
+SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
+        "accels": 1, "nodes": 1}  # fmt: skip
+PAYLOAD = json.dumps({**SPEC, "name": "x" * 20}).encode()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def store_url(store: str, root: Path, prefix: str) -> Iterator[str]:
+    if store == "sqlite":
+        root.mkdir(parents=True, exist_ok=True)
+        yield f"sqlite:///{root / f'{prefix}.sqlite3'}"
+        return
+    with fresh_database(prefix) as url:
+        yield url
+
+
+# -- 1. submissions through the API ----------------------------------------------------------
+
+
+@contextmanager
+def server(url: str, root: Path) -> Iterator[tuple[str, str]]:
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    env = {**os.environ, "FLEXAI_CONFIG": str(root / "config.json"), "PYTHONPATH": str(ROOT)}
+    env.pop("FLEXAI_TOKEN", None)
+    args = [sys.executable, "-m", "cli.main", "server", "--data-dir", str(root / "data"),
+            "--port", str(port), "--scheduling-patience", "3600"]  # fmt: skip
+    if not url.startswith("sqlite:///"):
+        args += ["--database-url", url]
+    log = (root / "server.log").open("wb")
+    process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health").status_code == 200 and (
+                    root / "config.json"
+                ).exists():
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"the server did not start; see {root / 'server.log'}")
+            time.sleep(0.1)
+        token = json.loads((root / "config.json").read_text())["token"]
+        yield base, token
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def bench_submit(store: str, root: Path, count: int, clients: int) -> tuple[float, float]:
+    """Jobs/s through the API, and the raw one-row-per-commit loop's rows/s."""
+    with store_url(store, root, "bench_submit") as url, server(url, root) as (base, token):
+        headers = {"Authorization": f"Bearer {token}"}
+        names = iter(range(count))
+        lock = threading.Lock()
+
+        def client() -> None:
+            with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+                while True:
+                    with lock:
+                        index = next(names, None)
+                    if index is None:
+                        return
+                    answer = http.post("/v1/jobs", json={**SPEC, "name": f"s-{index}"})
+                    if answer.status_code != 201:
+                        raise RuntimeError(f"{answer.status_code} {answer.text}")
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            for future in [pool.submit(client) for _ in range(clients)]:
+                future.result()
+        ours = count / (time.perf_counter() - started)
+        baseline = raw_commits(url, count)
+    return ours, baseline
+
+
+def raw_commits(url: str, count: int) -> float:
+    """One row inserted and committed per submission, on one connection."""
+    if url.startswith("sqlite:///"):
+        connection = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, "
+                           "body BLOB)")  # fmt: skip
+        started = time.perf_counter()
+        for _ in range(count):
+            connection.execute("BEGIN")
+            connection.execute("INSERT INTO bench_raw (body) VALUES (?)", (PAYLOAD,))
+            connection.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        connection.close()
+        return count / elapsed
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        pg.execute("CREATE TABLE IF NOT EXISTS bench_raw (id bigserial PRIMARY KEY, "
+                   "body bytea)")  # fmt: skip
+        pg.commit()
+        started = time.perf_counter()
+        for _ in range(count):
+            pg.execute("INSERT INTO bench_raw (body) VALUES (%s)", (PAYLOAD,))
+            pg.commit()
+        return count / (time.perf_counter() - started)
+
+
+# -- 2. projection lag -----------------------------------------------------------------------
+
+
+def bench_lag(store: str, root: Path, rate: float, seconds: float) -> tuple[float, float, float]:
+    """p50 and p99 lag in seconds, and the events/s reached."""
+    with store_url(store, root, "bench_lag") as url:
+        settings = Settings(data_dir=root / "lag", database_url=url)
+        writer = TrainingJobs(env=settings.event_store_env())
+        reader = TrainingJobs(env=settings.event_store_env())
+        database = open_database(url)
+        projector = Projector(reader, database)
+        committed: dict[int, float] = {}
+        applied: dict[int, float] = {}
+        lock = threading.Lock()
+
+        def seen(events: Any) -> None:
+            moment = time.perf_counter()
+            position = projector.position()
+            with lock:
+                applied[position] = moment
+
+        projector.listeners.append(seen)
+        if database.dialect == "postgres":
+            assert isinstance(database, PostgresDatabase)
+            projector.follow_by(LedgerListener(database.dedicated_connection), poll_s=1.0)
+            writer.after_save = (database.notify_ledger,)
+            projector.start()
+        else:
+            projector.start(interval=0.01)
+        stop = time.perf_counter() + seconds
+        per_writer = rate / 2 / 2  # two writers, two events a submission
+        counter = iter(range(10**9))
+
+        def write() -> None:
+            next_at = time.perf_counter()
+            while next_at < stop:
+                with lock:
+                    index = next(counter)
+                outcome = writer.submit("alice", f"lag-{index}", dict(SPEC), by=user("alice"))
+                moment = time.perf_counter()
+                assert outcome.position is not None
+                with lock:
+                    committed[outcome.position] = moment
+                next_at += 1 / per_writer
+                time.sleep(max(0.0, next_at - time.perf_counter()))
+
+        threads = [threading.Thread(target=write) for _ in range(2)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        reached = 2 * len(committed) / (time.perf_counter() - began)
+        last = max(committed)
+        deadline = time.monotonic() + 30
+        while projector.position() < last and time.monotonic() < deadline:
+            time.sleep(0.01)
+        projector.stop()
+        writer.close()
+        reader.close()
+        database.close()
+    marks = sorted(applied.items())
+    lags = []
+    for position, at in committed.items():
+        done = next((moment for mark, moment in marks if mark >= position), None)
+        if done is not None:
+            lags.append(max(0.0, done - at))
+    lags.sort()
+    return lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))], reached
+
+
+# -- 3. rebuild ------------------------------------------------------------------------------
+
+
+def bench_rebuild(store: str, root: Path, jobs: int) -> tuple[float, float, int]:
+    """Events/s of a rebuild, and rows/s of a raw batched insert; the events."""
+    with store_url(store, root, "bench_rebuild") as url:
+        settings = Settings(data_dir=root / "rebuild", database_url=url)
+        app = TrainingJobs(env=settings.event_store_env())
+        node, _ = app.register_node("bench-node", accels=1024, accel_type="cpu")
+        for index in range(jobs):
+            job_id = app.submit("alice", f"r-{index}", dict(SPEC), by=user("alice")).job_id
+            app.begin_scheduling(job_id)
+            app.assign(job_id, str(node), "bench-node")
+            app.report(job_id, str(node), {"node_id": str(node), "type": "built",
+                                           "commit": "c0ffee"})  # fmt: skip
+            app.report(job_id, str(node), {"node_id": str(node), "type": "exited",
+                                           "exit_code": 0})  # fmt: skip (frees its slot)
+        events = app.recorder.max_notification_id() or 0  # type: ignore[attr-defined]
+        database = open_database(url)
+        projector = Projector(app, database)
+        projector.catch_up()
+        started = time.perf_counter()
+        progress = Rebuilder(app, projector, database,
+                             shadow_sqlite_path=root / "shadow.sqlite3").run()  # fmt: skip
+        elapsed = time.perf_counter() - started
+        if progress.state != "done":
+            raise RuntimeError(progress.error)
+        baseline = raw_batched(url, events)
+        database.close()
+        app.close()
+    return events / elapsed, baseline, events
+
+
+def raw_batched(url: str, rows: int) -> float:
+    batches = [[(PAYLOAD,)] * min(200, rows - start) for start in range(0, rows, 200)]
+    if url.startswith("sqlite:///"):
+        connection = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        connection.execute("CREATE TABLE IF NOT EXISTS bench_batched (id INTEGER PRIMARY KEY, "
+                           "body BLOB)")  # fmt: skip
+        started = time.perf_counter()
+        for batch in batches:
+            connection.execute("BEGIN")
+            connection.executemany("INSERT INTO bench_batched (body) VALUES (?)", batch)
+            connection.execute("COMMIT")
+        elapsed = time.perf_counter() - started
+        connection.close()
+        return rows / elapsed
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        pg.execute("CREATE TABLE IF NOT EXISTS bench_batched (id bigserial PRIMARY KEY, "
+                   "body bytea)")  # fmt: skip
+        pg.commit()
+        started = time.perf_counter()
+        cursor = pg.cursor()
+        for batch in batches:
+            cursor.executemany("INSERT INTO bench_batched (body) VALUES (%s)", batch)
+            pg.commit()
+        return rows / (time.perf_counter() - started)
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", choices=("postgres", "sqlite", "both"), default="both")
+    parser.add_argument("--submissions", type=int, default=800)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rebuild-jobs", type=int, default=2000)
+    parser.add_argument("--only", choices=("submit", "lag", "rebuild"), default=None)
+    args = parser.parse_args()
+    stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
+    rows: list[tuple[str, str, str, str]] = []
+    for store in stores:
+        with ExitStack() as stack:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            if args.only in (None, "submit"):
+                ours, base = bench_submit(store, root / "submit", args.submissions, args.clients)
+                rows.append((f"submit via API, {args.clients} clients ({store})",
+                             f"{ours:.0f} jobs/s", f"{base:.0f} commits/s",
+                             f"{ours / base:.2f}x (target >= 0.5x)"))  # fmt: skip
+            if args.only in (None, "lag"):
+                p50, p99, reached = bench_lag(store, root, args.rate, args.seconds)
+                rows.append((f"projection lag at {reached:.0f} ev/s ({store})",
+                             f"p50 {p50 * 1000:.1f} ms", f"p99 {p99 * 1000:.1f} ms",
+                             "target p99 <= 50 ms"))  # fmt: skip
+            if args.only in (None, "rebuild"):
+                ours, base, events = bench_rebuild(store, root, args.rebuild_jobs)
+                rows.append((f"rebuild views, {events} events ({store})", f"{ours:.0f} ev/s",
+                             f"{base:.0f} rows/s raw", f"{ours / base:.2f}x (target >= 0.3x)"))
+    width = max(len(row[0]) for row in rows)
+    print(f"\n{'row':<{width}}  {'subject':>14}  {'baseline':>18}  ratio")
+    for name, subject, baseline, ratio in rows:
+        print(f"{name:<{width}}  {subject:>14}  {baseline:>18}  {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
