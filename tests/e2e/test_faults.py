@@ -60,7 +60,7 @@ def fragile(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 TALKS_FOR_A_WHILE = """\
 import time
-for step in range(60):
+for step in range(24):
     print(f"step {step}", flush=True)
     time.sleep(0.25)
 print("done")
