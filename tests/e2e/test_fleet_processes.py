@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from node_agent.models import marker_prefix
+from node_agent.processes import marked_processes, signal_pids
 from tests.e2e.harness import Cluster, start_cluster
 from tests.pg import fresh_database
 from tests.support import wait_until
@@ -286,8 +289,13 @@ def test_a_node_lost_under_an_enqueued_job_sends_it_elsewhere(
     fleet.wait_for(job_name, {"enqueued"})
     fleet.start_agent("spare-node", 1)
     fleet.kill("agent")
-    document = fleet.wait_for(job_name, {"succeeded"}, timeout=LEASE_S + 60)
-    events = [entry["event"] for entry in document["history"]]
-    assert "Requeued" in events
-    assert document["placements"][0]["node"] == "spare-node"
-    assert fleet.inspect(busy)["failure"]["code"] == "node_lost"
+    try:
+        document = fleet.wait_for(job_name, {"succeeded"}, timeout=LEASE_S + 60)
+        events = [entry["event"] for entry in document["history"]]
+        assert "Requeued" in events
+        assert document["placements"][0]["node"] == "spare-node"
+        assert fleet.inspect(busy)["failure"]["code"] == "node_lost"
+    finally:  # the killed agent's job runs on: no test leaves it behind
+        prefix = marker_prefix(fleet.root / "agent")
+        signal_pids([pid for pid, marker in marked_processes().items()
+                     if marker.startswith(prefix)], signal.SIGKILL)  # fmt: skip
