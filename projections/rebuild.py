@@ -192,11 +192,10 @@ class Rebuilder:
 
     def _columns(self, cursor: Cursor, table: str) -> list[str]:
         if self.database.dialect == "sqlite":
-            cursor.execute(f"SELECT name FROM pragma_table_info('{table}')")
-        else:
-            cursor.execute("SELECT column_name AS name FROM information_schema.columns WHERE "
-                           "table_schema = current_schema() AND table_name = ? "
-                           "ORDER BY ordinal_position", (table,))  # fmt: skip
+            return self._sqlite_columns(cursor, table)
+        cursor.execute("SELECT column_name AS name FROM information_schema.columns WHERE "
+                       "table_schema = current_schema() AND table_name = ? "
+                       "ORDER BY ordinal_position", (table,))  # fmt: skip
         return [str(row["name"]) for row in cursor.fetchall()]
 
     # -- where the shadow views live ---------------------------------------------------

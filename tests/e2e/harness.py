@@ -163,21 +163,14 @@ def _wait(condition: Callable[[], bool], what: str, cluster: Cluster, timeout: f
         time.sleep(0.1)
 
 
-def start_cluster(
+def start_server(
     root: Path,
     database_url: str | None,
-    accels: int = 1,
     *,
-    job_user: str | None = None,
-    job_python: str | None = None,
-    token_in_environment: bool = False,
-    agent_flags: tuple[str, ...] = (),
+    scheduling_patience: float = 5,
     server_flags: tuple[str, ...] = (),
 ) -> Cluster:
-    """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
-    as pytest's temporary directories are that user's alone). The agent's token comes from
-    the client config the server wrote, or from ``FLEXAI_TOKEN`` with
-    ``token_in_environment``."""
+    """A server alone, ready, with the admin token of the client config it wrote."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -195,7 +188,7 @@ def start_cluster(
     (root / "wheels").mkdir(exist_ok=True)
     cluster = Cluster(root=root, api_url=f"http://127.0.0.1:{port}", env=env, token="")
     server_args = ["server", "--data-dir", str(root / "data"), "--port", str(port),
-                   "--scheduling-patience", "5"]  # fmt: skip
+                   "--scheduling-patience", f"{scheduling_patience:g}"]  # fmt: skip
     if database_url:
         server_args += ["--database-url", database_url]
     server_args += server_flags
@@ -210,6 +203,26 @@ def start_cluster(
 
     _wait(ready, "server start", cluster)
     cluster.token = json.loads(config.read_text())["token"]
+    return cluster
+
+
+def start_cluster(
+    root: Path,
+    database_url: str | None,
+    accels: int = 1,
+    *,
+    job_user: str | None = None,
+    job_python: str | None = None,
+    token_in_environment: bool = False,
+    agent_flags: tuple[str, ...] = (),
+    server_flags: tuple[str, ...] = (),
+) -> Cluster:
+    """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
+    as pytest's temporary directories are that user's alone). The agent's token comes from
+    the client config the server wrote, or from ``FLEXAI_TOKEN`` with
+    ``token_in_environment``."""
+    cluster = start_server(root, database_url, server_flags=server_flags)
+    env = cluster.env
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
                   "--name", "test-node", "--work-dir", str(root / "agent"),
                   "--job-user", job_user or pwd.getpwuid(os.geteuid()).pw_name]  # fmt: skip

@@ -248,15 +248,24 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
-def test_a_waiting_job_says_why_in_list_and_inspect(
+def _one_running_one_enqueued(
     fleet: Cluster, repo_factory: RepoFactory, job_name: str
-) -> None:
+) -> str:
+    """A job holding both of the node's accelerators for 300 s, and ``job_name`` enqueued
+    behind it; the running one's name."""
     repo = repo_factory({"requirements.txt": "", "train.py": SLEEPER})
     busy = f"{job_name}-busy"
     fleet.flexai("training", "run", busy, "-u", str(repo), "-a", "2", "--", "train.py", "300")
     fleet.wait_for(busy, {"in progress"})
     fleet.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py", "1")
     fleet.wait_for(job_name, {"enqueued"})
+    return busy
+
+
+def test_a_waiting_job_says_why_in_list_and_inspect(
+    fleet: Cluster, repo_factory: RepoFactory, job_name: str
+) -> None:
+    busy = _one_running_one_enqueued(fleet, repo_factory, job_name)
 
     def explained() -> bool:
         return "REASON" in fleet.flexai("training", "list").stdout
@@ -281,12 +290,7 @@ def test_a_waiting_job_says_why_in_list_and_inspect(
 def test_a_node_lost_under_an_enqueued_job_sends_it_elsewhere(
     fleet: Cluster, repo_factory: RepoFactory, job_name: str
 ) -> None:
-    repo = repo_factory({"requirements.txt": "", "train.py": SLEEPER})
-    busy = f"{job_name}-busy"
-    fleet.flexai("training", "run", busy, "-u", str(repo), "-a", "2", "--", "train.py", "300")
-    fleet.wait_for(busy, {"in progress"})
-    fleet.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py", "1")
-    fleet.wait_for(job_name, {"enqueued"})
+    busy = _one_running_one_enqueued(fleet, repo_factory, job_name)
     fleet.start_agent("spare-node", 1)
     fleet.kill("agent")
     try:

@@ -5,13 +5,12 @@ through every page, --json, filters, and one-line errors."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import ExitStack
 
 import pytest
 
-from tests.e2e.harness import ROOT, Cluster, _start, _wait, free_port
+from tests.e2e.harness import Cluster, start_server
 from tests.pg import fresh_database
 
 pytestmark = pytest.mark.e2e
@@ -26,20 +25,11 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """A server alone (no agent: the jobs only wait), with 120 jobs submitted over HTTP."""
     root = tmp_path_factory.mktemp(f"paged-{request.param}")
     with ExitStack() as stack:
-        port = free_port()
-        env = {**os.environ, "FLEXAI_CONFIG": str(root / "config.json"),
-               "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # fmt: skip
-        env.pop("FLEXAI_API_URL", None)
-        env.pop("FLEXAI_TOKEN", None)
-        cluster = Cluster(root=root, api_url=f"http://127.0.0.1:{port}", env=env, token="")
-        args = ["server", "--data-dir", str(root / "data"), "--port", str(port),
-                "--scheduling-patience", "3600"]  # fmt: skip
+        database_url = None
         if request.param == "postgres":
-            args += ["--database-url", stack.enter_context(fresh_database("flexai_e2e"))]
-        _start(cluster, "server", args, env)
+            database_url = stack.enter_context(fresh_database("flexai_e2e"))
+        cluster = start_server(root, database_url, scheduling_patience=3600)
         stack.callback(cluster.stop)
-        _wait(lambda: (root / "config.json").exists() and cluster._healthy(), "server", cluster)
-        cluster.token = json.loads((root / "config.json").read_text())["token"]
         for name in NAMES:
             response = cluster.api("POST", "/v1/jobs", json={**SPEC, "name": name})
             assert response.status_code == 201, response.text

@@ -5,8 +5,6 @@ exists whole or not at all; the ledger's chain holds."""
 from __future__ import annotations
 
 import itertools
-import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import ROOT, Cluster, _start, _wait, free_port
+from tests.e2e.harness import Cluster, start_server
 from tests.pg import fresh_database
 
 pytestmark = pytest.mark.e2e
@@ -36,19 +34,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
         database_url = None
         if request.param == "postgres":
             database_url = stack.enter_context(fresh_database("flexai_e2e_kill"))
-        port = free_port()
-        env = {**os.environ, "FLEXAI_CONFIG": str(tmp_path / "config.json"),
-               "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # fmt: skip
-        env.pop("FLEXAI_TOKEN", None)
-        env.pop("FLEXAI_API_URL", None)
-        cluster = Cluster(root=tmp_path, api_url=f"http://127.0.0.1:{port}", env=env, token="")
+        cluster = start_server(tmp_path, database_url, scheduling_patience=2)
         stack.callback(cluster.stop)
-        args = ["server", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                "--scheduling-patience", "2"]  # fmt: skip
-        _start(cluster, "server", args + (["--database-url", database_url] if database_url
-                                          else []), env)  # fmt: skip
-        _wait(cluster._healthy, "server start", cluster)
-        cluster.token = json.loads((tmp_path / "config.json").read_text())["token"]
         yield cluster
 
 
