@@ -29,6 +29,10 @@ LOST_WHILE_AWAY = (
     "the node agent restarted and found no process of the job and no exit code: it ended "
     "while the agent was down"
 )
+NEVER_LAUNCHED = (
+    "the node agent went down before it started the entry point, and no process of the job "
+    "runs: run the job again"
+)
 
 
 class JobEnding:

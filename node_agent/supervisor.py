@@ -33,7 +33,7 @@ from node_agent.build import (
 from node_agent.checkpoints import CheckpointWatcher
 from node_agent.client import ApiError, ControlPlaneClient
 from node_agent.datasets import DatasetCache
-from node_agent.ending import LOST_WHILE_AWAY, JobEnding
+from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
 from node_agent.jobrun import JobRun
 from node_agent.jobuser import JobUser
 from node_agent.launch import Placement, job_environment
@@ -382,9 +382,11 @@ class JobSupervisor:
         stopped = self._stopping.is_set()
         gone = JobRun(self.dirs, shim_pid=None, started=0.0)
         if gone.returncode() is None:
-            log.warning("job %s: %s", self.job_id, LOST_WHILE_AWAY)
-            self._say(f"[agent] {LOST_WHILE_AWAY}")
-            return Ended(None, [], stopped=stopped, lost=LOST_WHILE_AWAY)
+            # The shim writes its pid before it starts the entry point: without it, none ran.
+            lost = LOST_WHILE_AWAY if self.dirs.shim_pid_file.exists() else NEVER_LAUNCHED
+            log.warning("job %s: %s", self.job_id, lost)
+            self._say(f"[agent] {lost}")
+            return Ended(None, [], stopped=stopped, lost=lost)
         self._say("[agent] the job ended while the node agent was down")
         return ended(gone, [], self._say, stopped=stopped)
 

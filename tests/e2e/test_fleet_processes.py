@@ -168,14 +168,23 @@ def test_an_agent_restarted_while_its_job_runs_adopts_it_and_reports_its_end(
 
 
 def test_a_job_that_ended_while_its_agent_was_down_is_reported_with_its_exit_code(
-    fleet: Cluster, repo_factory: RepoFactory, job_name: str
+    fleet: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
 ) -> None:
-    short = "import time\nprint('up', flush=True)\ntime.sleep(1)\nraise SystemExit(3)\n"
+    running, release = tmp_path / "running", tmp_path / "release"
+    short = (
+        "import pathlib, time\n"
+        f"pathlib.Path({str(running)!r}).touch()\n"
+        f"while not pathlib.Path({str(release)!r}).exists():\n"
+        "    time.sleep(0.05)\n"
+        "raise SystemExit(3)\n"
+    )
     repo = repo_factory({"requirements.txt": "", "train.py": short})
     fleet.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py")
-    fleet.wait_for(job_name, {"in progress"})
+    wait_until(running.exists, timeout=60)
     fleet.kill("agent")
-    time.sleep(2)  # the job ends meanwhile, within the node's lease
+    release.touch()  # the job ends while its agent is down, within the node's lease
+    exit_codes = fleet.root / "agent" / "jobs"
+    wait_until(lambda: any(exit_codes.glob("*/exit-code")), timeout=30)  # the shim wrote it
     fleet.restart("agent")
     document = fleet.wait_for(job_name, {"failed"}, timeout=60)
     assert document["failure"] == {

@@ -676,13 +676,25 @@ def test_a_job_that_ended_while_the_agent_was_down_is_reported_as_its_shim_recor
     assert "bye\n[agent] the job ended while the node agent was down\n" in plane.log_text("job-1")
 
 
+@pytest.mark.parametrize(
+    ("shim_started", "message"),
+    [
+        (True, "the node agent restarted and found no process of the job and no exit code: it "
+               "ended while the agent was down"),
+        (False, "the node agent went down before it started the entry point, and no process "
+                "of the job runs: run the job again"),
+    ],
+)  # fmt: skip
 def test_a_job_with_no_process_and_no_exit_code_is_reported_lost(
-    tmp_path: Path, plane: FakeControlPlane
+    tmp_path: Path, plane: FakeControlPlane, shim_started: bool, message: str
 ) -> None:
+    if shim_started:
+        dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
+        dirs.create_fresh()
+        dirs.shim_pid_file.write_text("999999999\n")  # its shim was killed with the agent
     supervise(tmp_path, plane, "/repo", node={"status": "in progress", "adopting": True}).join(30)
     assert plane.reports("job-1") == ["failed"]
     assert plane.report_facts("job-1", "failed") == {
         "node_id": "node-1", "node_index": 0, "type": "failed", "code": "node_lost",
-        "message": "the node agent restarted and found no process of the job and no exit "
-        "code: it ended while the agent was down",
+        "message": message,
     }  # fmt: skip
