@@ -14,8 +14,10 @@ from node_agent.models import MARKER_VARIABLE, JobDirs
 # The agent's own settings never leak into a job (the token above all).
 _AGENT_ONLY = (
     "FLEXAI_TOKEN", "FLEXAI_API_URL", "FLEXAI_CONFIG", HANDOVER_VARIABLE, "VIRTUAL_ENV",
-    "PYTHONHOME", MARKER_VARIABLE,
+    "PYTHONHOME", "PYTHONPATH", MARKER_VARIABLE,
 )  # fmt: skip
+"""The agent's own settings: its token and server, its marker, and where its own Python finds
+its modules (a job's user may not even be let into that directory; ``-E`` sets the job's)."""
 
 
 class EntryPointNotFound(Exception):
