@@ -11,7 +11,19 @@ from api import problems
 from api.deps import ReadAfter
 from api.limits import BodyLimits
 from api.metrics import RequestMetrics
-from api.routes import admin, agent, audit, datasets, health, jobs, nodes
+from api.request_text import CleanRequestText
+from api.routes import (
+    admin,
+    agent,
+    audit,
+    datasets,
+    debug,
+    health,
+    identity,
+    jobs,
+    nodes,
+    secrets,
+)
 from api.scheduler import Scheduler
 from api.services import Services
 from projections.projector import ProjectionHalted
@@ -33,6 +45,8 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
         finally:
             services.log_followers.close_all()
             services.assignment_waiters.close_all()
+            debug.close_all(services)
+            await debug.settle()
             scheduler.stop()
             services.projector.stop()
 
@@ -41,19 +55,24 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
         version="0.1.0",
         summary="Training jobs from a git revision, with an append-only job ledger.",
         lifespan=lifespan,
+        responses=problems.OPENAPI_RESPONSES,
     )
     app.state.services = services
     app.state.scheduler = scheduler
     problems.install(app)
     app.include_router(jobs.router, dependencies=[ReadAfter])
     app.include_router(agent.router)
+    app.include_router(debug.router)
+    app.include_router(debug.agent_router)
     app.include_router(audit.router)
     app.include_router(admin.router)
+    app.include_router(identity.router)
     app.include_router(nodes.router, dependencies=[ReadAfter])
     app.include_router(datasets.router, dependencies=[ReadAfter])
+    app.include_router(secrets.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimits, limits=services.settings.limits,
-                       user_for=services.state.user_for,
-                       known_user=services.state.known_user)  # fmt: skip
+                       identities=services.identities)  # fmt: skip
+    app.add_middleware(CleanRequestText)  # before the token: a path no route could hold
     app.add_middleware(RequestMetrics, metrics=services.metrics)  # outermost: times it all
     return app

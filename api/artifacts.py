@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import threading
 import zipfile
@@ -16,7 +17,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -112,6 +113,8 @@ class LocalArtifactStore:
         except FileNotFoundError:
             return b""
         with handle, self._storing("log bytes"):
+            if offset >= os.fstat(handle.fileno()).st_size:
+                return b""  # never seek past the end: a file system refuses far offsets
             handle.seek(offset)
             return handle.read(limit)
 
@@ -163,8 +166,8 @@ class LocalArtifactStore:
     def save_output(self, job_id: str, node_index: int, upload: bytes | Path) -> int:
         source = self._as_file(job_id, upload)
         try:
-            with open_archive(source, self.limits):
-                pass
+            with open_archive(source, self.limits) as archive:
+                refuse_unsafe_entries(archive, "the output directory")
             size = source.stat().st_size
             self._place(source, self.output_path(job_id, node_index))
         finally:
@@ -237,6 +240,32 @@ def open_archive(path: Path, limits: ArchiveLimits) -> Iterator[zipfile.ZipFile]
         yield archive
 
 
+def unsafe_entry(info: zipfile.ZipInfo, where: str = "the archive's directory") -> str | None:
+    """Why an entry may not be unpacked into a directory of its own (zip-slip: a link, a
+    special file, a name outside it), or None when it may."""
+    name = info.filename
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        return "is a link or a special file"
+    if "\\" in name or "\x00" in name or name.startswith("/"):
+        return "has an absolute name, a backslash or a NUL byte"
+    parts = PurePosixPath(name).parts
+    if not parts or any(part in ("..", ".") for part in parts) or "//" in name:
+        return f"leaves {where} ('..', '.' or an empty part)"
+    return None
+
+
+def refuse_unsafe_entries(archive: zipfile.ZipFile, what: str) -> None:
+    """InvalidArchive naming the first entry that could land outside ``what`` when unpacked."""
+    for info in archive.infolist():
+        problem = unsafe_entry(info, f"{what}'s directory")
+        if problem is not None:
+            raise InvalidArchive(
+                f"the archive's entry {info.filename[:100]!r} {problem}; send {what} as a zip "
+                "of plain files and directories, each named inside it"
+            )
+
+
 def _read_json(archive: zipfile.ZipFile, file_name: str) -> dict[str, Any]:
     matches = sorted(
         (info for info in archive.infolist() if Path(info.filename).name == file_name),
@@ -270,6 +299,7 @@ def describe_checkpoint(
             handle.flush()
             return describe_checkpoint(Path(handle.name), limits)
     with open_archive(source, limits or ArchiveLimits()) as archive:
+        refuse_unsafe_entries(archive, "the checkpoint")
         infos = archive.infolist()
         state = _read_json(archive, "trainer_state.json")
         config = _read_json(archive, "config.json")

@@ -8,11 +8,9 @@ renamed into place under its hash: pushing identical content again stores nothin
 from __future__ import annotations
 
 import hashlib
-import stat
-import zipfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from api.artifacts import (
     ArchiveLimits,
@@ -20,6 +18,7 @@ from api.artifacts import (
     LocalArtifactStore,
     StorageUnavailable,
     open_archive,
+    unsafe_entry,
 )
 
 
@@ -74,7 +73,7 @@ def describe_dataset(path: Path, limits: ArchiveLimits) -> tuple[int, int]:
     size = files = 0
     with open_archive(path, limits) as archive:
         for info in archive.infolist():
-            problem = unsafe_entry(info)
+            problem = unsafe_entry(info, "the dataset's directory")
             if problem is not None:
                 raise InvalidArchive(
                     f"the archive's entry {info.filename[:100]!r} {problem}; push a directory "
@@ -84,17 +83,3 @@ def describe_dataset(path: Path, limits: ArchiveLimits) -> tuple[int, int]:
                 files += 1
                 size += info.file_size
     return size, files
-
-
-def unsafe_entry(info: zipfile.ZipInfo) -> str | None:
-    """Why an entry may not be unpacked into a dataset's directory, or None when it may."""
-    name = info.filename
-    kind = stat.S_IFMT(info.external_attr >> 16)
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-        return "is a link or a special file"
-    if "\\" in name or "\x00" in name or name.startswith("/"):
-        return "has an absolute name, a backslash or a NUL byte"
-    parts = PurePosixPath(name).parts
-    if not parts or any(part in ("..", ".") for part in parts) or "//" in name:
-        return "leaves the dataset's directory ('..', '.' or an empty part)"
-    return None

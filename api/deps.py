@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.problems import Problem, unauthorized, views_halted
+from api.identity import Caller, Identities, Revoked
+from api.problems import Problem, forbidden, revoked_token, unauthorized, views_halted
 from api.services import Services
 from projections.projector import ProjectionHalted, ProjectionTimeout
 
@@ -24,24 +25,108 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def current_user(request: Request, services: ServicesDep) -> str:
-    """The token's user; the body limits already checked it for requests with a body."""
-    known: str | None = getattr(request.state, "user_id", None)
+async def resolve_caller(identities: Identities, token: str | None) -> Caller:
+    """The caller of a bearer token; 401 problems for none, an unknown or a revoked one. A
+    remembered token costs no worker thread."""
+    if not token:
+        raise unauthorized()
+    found: Caller | Revoked | None = identities.known_caller(token)
+    if found is None:
+        found = await run_in_threadpool(identities.resolve, token)
+    if found is None:
+        raise unauthorized()
+    if isinstance(found, Revoked):
+        raise revoked_token(found.token_id, found.revoked_at)
+    return found
+
+
+async def current_caller(request: Request, services: ServicesDep) -> Caller:
+    """The token's caller; the body limits already resolved it for requests with a body."""
+    known: Caller | None = getattr(request.state, "caller", None)
     if known is not None:
         return known
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    user_id = None
-    if scheme.lower() == "bearer":
-        token = token.strip()
-        user_id = services.state.known_user(token)
-        if user_id is None:  # not remembered: a query
-            user_id = await run_in_threadpool(services.state.user_for, token)
-    if user_id is None:
-        raise unauthorized()
-    return user_id
+    bearer = token.strip() if scheme.lower() == "bearer" else None
+    caller = await resolve_caller(services.identities, bearer)
+    request.state.caller = caller
+    return caller
+
+
+CurrentCaller = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_user(caller: CurrentCaller) -> str:
+    """The user a user's token acts for; a node token is refused (403)."""
+    if caller.user is None:
+        raise forbidden(
+            "user-token-needed", "User token needed",
+            f"this is node {caller.node}'s token: it reaches only the agent routes "
+            "(/v1/agent/...); use a user's token (`flexai login`)",
+        )  # fmt: skip
+    return caller.user
 
 
 CurrentUser = Annotated[str, Depends(current_user)]
+"""The calling user's name: whose jobs, datasets and secrets a request reads and writes."""
+
+
+async def current_admin(caller: CurrentCaller, user: CurrentUser) -> Caller:
+    if not caller.admin:
+        raise forbidden(
+            "admin-only", "Admin only",
+            f"this needs an admin's token, and user {user} is no admin (the first admin's "
+            "token is <data-dir>/admin.token; `flexai admin user create NAME --admin` makes "
+            "others)",
+        )  # fmt: skip
+    return caller
+
+
+CurrentAdmin = Annotated[Caller, Depends(current_admin)]
+
+
+async def current_node(caller: CurrentCaller) -> str:
+    """The node a node token acts for; a user's token is refused (403)."""
+    if caller.node is None:
+        raise forbidden(
+            "node-token-needed", "Node token needed",
+            "the agent routes need a node token, not a user's: an admin makes one with "
+            "`flexai admin node-token create NODE_NAME`; start the agent with it "
+            "(`flexai agent --token-file FILE`, or FLEXAI_TOKEN)",
+        )  # fmt: skip
+    return caller.node
+
+
+CurrentNode = Annotated[str, Depends(current_node)]
+"""The name of the node whose agent calls: it acts for that node and its jobs alone."""
+
+ALL_OWNERS = "*"
+
+
+async def job_owner(
+    caller: CurrentCaller,
+    user: CurrentUser,
+    owner: Annotated[
+        str | None,
+        Query(
+            max_length=63, pattern=r"^([a-z][a-z0-9_-]{0,62}|\*)$",
+            description="whose jobs (admins only; `*`: every user's, where a list is asked)",
+        ),
+    ] = None,
+) -> str:
+    """Whose jobs a request acts on: the caller's own; an admin may name another user."""
+    if owner is None or owner == user:
+        return user
+    if not caller.admin:
+        raise forbidden(
+            "admin-only", "Admin only",
+            f"only an admin may act on another user's jobs (owner={owner}); leave `owner` out "
+            "to act on your own",
+        )  # fmt: skip
+    return owner
+
+
+JobOwner = Annotated[str, Depends(job_owner)]
+"""The owner of the jobs a request reads or acts on (``*`` for every owner: lists only)."""
 
 
 async def ledger_writable(services: ServicesDep) -> None:

@@ -14,15 +14,14 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi.concurrency import run_in_threadpool
-
+from api.deps import resolve_caller
+from api.identity import Identities
 from api.problems import (
     PayloadTooLarge,
     Problem,
     database_unavailable,
     payload_too_large,
     problem_response,
-    unauthorized,
 )
 from api.settings import Limits
 from projections.db import is_unavailable
@@ -73,19 +72,10 @@ def _content_length(scope: Scope) -> int | None:
 class BodyLimits:
     """Authenticates, then bounds the body of every request that may carry one."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        limits: Limits,
-        user_for: Callable[[str], str | None],
-        known_user: Callable[[str], str | None] = lambda token: None,
-    ) -> None:
+    def __init__(self, app: ASGIApp, limits: Limits, identities: Identities) -> None:
         self.app = app
         self.limits = limits
-        self.user_for = user_for
-        """The token's user, from the database (blocking: run in a worker thread)."""
-        self.known_user = known_user
-        """The token's user if it is remembered, at once (no worker thread)."""
+        self.identities = identities
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -95,19 +85,17 @@ class BodyLimits:
         if not path.startswith(_OPEN_PATHS):
             token = bearer_token(scope)
             try:
-                user_id = self.known_user(token) if token else None
-                if token and user_id is None:
-                    user_id = await run_in_threadpool(self.user_for, token)
+                caller = await resolve_caller(self.identities, token)
+            except Problem as problem:
+                await self._answer(scope, send, problem)
+                return
             except Exception as error:  # outside the routes' handlers: answer it here
                 if not is_unavailable(error):
                     raise
                 log.warning("%s %s: %s", scope["method"], path, error)
                 await self._answer(scope, send, database_unavailable(error))
                 return
-            if user_id is None:
-                await self._answer(scope, send, unauthorized())
-                return
-            scope.setdefault("state", {})["user_id"] = user_id
+            scope.setdefault("state", {})["caller"] = caller
         limit, what = body_limit(self.limits, scope["method"], path)
         declared = _content_length(scope)
         if declared is not None and declared > limit:

@@ -8,9 +8,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.artifacts import ArchiveTooLarge, InvalidArchive, LogOffsetMismatch, StorageUnavailable
+from api.identity import IdentityError
 from api.state import NodeTaken
 from domain.application import JobNotFound, WrongNode
 from domain.model import (
@@ -29,6 +31,31 @@ MEDIA_TYPE = "application/problem+json"
 
 
 RETRY_AFTER_S = 2
+
+
+class ProblemDetails(BaseModel):
+    """An error (RFC 9457): what went wrong and what to do, with the extension members of its
+    type (``field``, ``limit``, ``expected_offset``, ...)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(description="https://flexai.dev/problems/<slug>")
+    title: str
+    status: int
+    detail: str = Field(description="what was wrong and what to do")
+    instance: str = Field(description="the request's path")
+
+
+def _documented(description: str) -> dict[str, Any]:
+    schema = ProblemDetails.model_json_schema()
+    return {"description": description, "content": {MEDIA_TYPE: {"schema": schema}}}
+
+
+OPENAPI_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": _documented("The request was refused: problem details say why and what to do"),
+    "5XX": _documented("503: unavailable for a moment (retry after `Retry-After` seconds)"),
+}
+"""Every operation's errors as OpenAPI documents them (FastAPI's own 422 schema is not used)."""
 
 
 class Problem(Exception):
@@ -63,9 +90,22 @@ def payload_too_large(error: PayloadTooLarge) -> Problem:
 def unauthorized() -> Problem:
     return Problem(
         401, "unauthorized", "Unauthorized",
-        "missing or unknown API token: send `Authorization: Bearer <token>` "
-        "(`flexai server` printed the admin token on first start; set FLEXAI_TOKEN)",
+        "missing or unknown API token: send `Authorization: Bearer <token>` (`flexai login` "
+        "keeps one; `flexai server` printed the admin token on first start, and an admin "
+        "makes the others: `flexai admin user create`, `flexai admin node-token create`)",
     )  # fmt: skip
+
+
+def revoked_token(token_id: str, revoked_at: str) -> Problem:
+    return Problem(
+        401, "token-revoked", "Token revoked",
+        f"this API token (id {token_id}) was revoked at {revoked_at}: `flexai login` with "
+        "another one (an admin makes them: `flexai admin token create`)",
+    )  # fmt: skip
+
+
+def forbidden(slug: str, title: str, detail: str) -> Problem:
+    return Problem(403, slug, title, detail)
 
 
 def unavailable(slug: str, title: str, detail: str) -> Problem:
@@ -159,6 +199,11 @@ def install(app: FastAPI) -> None:
     async def _domain(request: Request, error: DomainError) -> JSONResponse:
         return problem_response(from_domain(error), request)
 
+    @app.exception_handler(IdentityError)
+    async def _identity(request: Request, error: IdentityError) -> JSONResponse:
+        return problem_response(Problem(error.status, error.slug, error.title, error.detail),
+                                request)  # fmt: skip
+
     @app.exception_handler(InvalidArchive)
     async def _archive(request: Request, error: InvalidArchive) -> JSONResponse:
         return problem_response(from_domain(error), request)
@@ -192,6 +237,12 @@ def install(app: FastAPI) -> None:
         slug = "not-found" if error.status_code == 404 else "http-error"
         detail = f"{error.detail}: {request.url.path}"
         problem = Problem(error.status_code, slug, str(error.detail), detail)
+        if error.status_code == 400:  # FastAPI's word for a body that is not even JSON text
+            problem = Problem(
+                400, "invalid-request", "Unreadable body",
+                f"the body of {request.method} {request.url.path} could not be read as JSON: "
+                "send UTF-8 JSON with `Content-Type: application/json`",
+            )  # fmt: skip
         return problem_response(problem, request)
 
     async def _mapped(request: Request, error: Exception) -> JSONResponse:

@@ -39,6 +39,11 @@ Commit = Annotated[str, _bounded(values.check_commit)]
 Accelerators = Annotated[list[int], _bounded(values.check_accelerators)]
 ExitCode = Annotated[int, Field(ge=0, le=values.MAX_EXIT_CODE)]
 BigCount = Annotated[int, Field(ge=0, le=values.BIGINT_MAX)]
+ZIP_BODY = {"requestBody": {"required": True, "content": {
+    "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
+"""OpenAPI's word for a route that reads a zip archive from its raw body."""
+BYTES_BODY = {"requestBody": {"required": True, "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
 AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 
@@ -49,7 +54,11 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: JobName = Field(description=values.NAME_RULE)
-    repository_url: Annotated[str, _text(values.MAX_URL)] = Field(min_length=1)
+    repository_url: Annotated[str, _bounded(values.check_repository_url)] = Field(
+        min_length=1,
+        description="https://, ssh://, user@host:path, or an absolute path or file:// URL on "
+        "the node (the server's --allowed-repo-schemes say which)",
+    )
     repository_revision: Annotated[str, _text(values.MAX_REVISION)] | None = None
     requirements_path: Annotated[str, _text(values.MAX_PATH)] = "requirements.txt"
     accels: int = Field(default=1, ge=1, le=values.MAX_ACCELS)
@@ -102,6 +111,7 @@ class LogsUnavailable(BaseModel):
 
 class JobSummary(BaseModel):
     id: str
+    owner: str
     name: str
     status: str
     accels: int
@@ -116,7 +126,6 @@ class JobSummary(BaseModel):
 
 
 class JobPublic(JobSummary):
-    owner: str
     spec: dict[str, Any]
     commit: str | None
     accelerators: list[int]
@@ -332,3 +341,57 @@ class DatasetVersion(BaseModel):
 
 class DatasetDetail(DatasetPublic):
     versions: list[DatasetVersion] = Field(description="every version, newest first")
+
+
+# -- secrets (values go in, never out, but to the agent running a job that uses them) --------
+
+
+def _secret_value(value: str) -> str:
+    """A value an environment variable can hold; an error never quotes it."""
+    if "\x00" in value:
+        raise ValueError("must not hold a NUL byte (an environment variable cannot)")
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text") from None
+    if size > values.MAX_SECRET_VALUE:
+        raise ValueError(f"is {size} bytes; at most {values.MAX_SECRET_VALUE} are accepted")
+    return value
+
+
+SecretName = Annotated[str, _bounded(values.check_secret_name)]
+SecretText = Annotated[str, Field(min_length=1), AfterValidator(_secret_value)]
+
+
+class SecretValue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: SecretText = Field(description="the secret's value (UTF-8 text, at most 64 KiB)")
+
+
+class SecretCreate(SecretValue):
+    name: SecretName = Field(description=values.SECRET_RULE)
+
+
+class SecretPublic(BaseModel):
+    """A secret as its owner sees it: its name and dates, never its value."""
+
+    name: str
+    created_at: str
+    updated_at: str
+
+
+class SecretsPublic(BaseModel):
+    secrets: list[SecretPublic]
+    count: int
+
+
+class SecretDeleted(BaseModel):
+    name: str
+    deleted_at: str
+
+
+class JobSecretValues(BaseModel):
+    """For the agent running the job: each ``--secret`` variable and its value."""
+
+    secrets: dict[str, str]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from api.settings import Limits
+from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "flexai" / "server"
 
@@ -48,6 +49,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         metavar="POSITION",
                         help="let the views pass over the event at this ledger position (one "
                              "/health names as the reason they halted); repeatable")
+    parser.add_argument("--allowed-repo-schemes", type=_kinds, metavar="KIND,...",
+                        default=",".join(DEFAULT_REPOSITORY_KINDS),
+                        help="the repository URLs jobs may name, among "
+                             f"{', '.join(f'{k} ({v})' for k, v in REPOSITORY_KINDS.items())};"
+                             " git options (-...) and transport helpers (ext::...) never "
+                             "pass (default: %(default)s)")
     ledger = parser.add_argument_group("stored events (the first server to write them decides)")
     ledger.add_argument("--ledger-key-file", type=Path, default=None, metavar="PATH",
                         help="encrypt stored events with the base64 AES key in this file (mode "
@@ -61,6 +68,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
                             default=field.default, metavar="N",
                             help=f"{field.description} (default: %(default)s)")
     return parser.parse_args(argv)  # fmt: skip
+
+
+def _kinds(text: str) -> frozenset[str]:
+    kinds = frozenset(part.strip().lower() for part in text.split(",") if part.strip())
+    unknown = sorted(kinds - set(REPOSITORY_KINDS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown kind {unknown[0]!r}: use some of {', '.join(REPOSITORY_KINDS)}"
+        )
+    return kinds
 
 
 def _duration(text: str) -> int:
@@ -121,6 +138,7 @@ def _settings(args: argparse.Namespace) -> Any:
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
         database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
         stop_confirm_timeout_s=args.stop_confirm_timeout,
+        allowed_repo_schemes=args.allowed_repo_schemes,
         limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
     )  # fmt: skip
 
@@ -154,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from api.app import create_app
     from api.ledger_format import LedgerFormatMismatch, LedgerKeyError
+    from api.secret_store import SecretKeyError
     from api.services import build_services
     from api.state import ensure_admin_token
     from cli.config import ClientConfig, ConfigError, config_path, write_client_config
@@ -168,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         services = build_services(settings)
-    except LedgerFormatMismatch as error:
+    except (LedgerFormatMismatch, SecretKeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # an unreachable database, a bad URL: say it in one line
@@ -177,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
               "check --database-url and that the database server runs",
               file=sys.stderr)  # fmt: skip
         return 1
-    token, created = ensure_admin_token(services.state, settings.data_dir)
+    token, created = ensure_admin_token(services.identities, settings.data_dir)
     if created:
         print(f"created the admin API token: {token}", flush=True)
     if settings.write_client_config:

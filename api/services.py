@@ -8,15 +8,24 @@ from pathlib import Path
 
 from api.artifacts import ArchiveLimits, LocalArtifactStore
 from api.assignment_waiters import AssignmentWaiters
+from api.debug_sessions import DebugSessions
 from api.followers import LogFollowers
+from api.identity import Identities
 from api.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.ledger_format import check_ledger_format
 from api.metrics import ServerMetrics
+from api.secret_store import SecretStore, open_secret_store
 from api.settings import Settings
 from api.state import OperationalState
 from api.waits import Waits
 from domain.application import TrainingJobs
-from projections.db import Database, LedgerListener, PostgresDatabase, open_database
+from projections.db import (
+    TOKENS_CHANNEL,
+    Database,
+    LedgerListener,
+    PostgresDatabase,
+    open_database,
+)
 from projections.projector import Projector
 from projections.queries import Queries
 from projections.rebuild import Rebuilder
@@ -33,10 +42,15 @@ class Services:
     projector: Projector
     queries: Queries
     state: OperationalState
+    identities: Identities
     artifacts: LocalArtifactStore
     log_followers: LogFollowers
     waits: Waits
+    secrets: SecretStore
+    """Users' secrets, sealed with the server's secret key (never in the ledger)."""
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
+    debug_sessions: DebugSessions = field(default_factory=DebugSessions)
+    """Live `debug-ssh` sessions and their relays (this process's only)."""
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
     leader_lock: LeaderLock = field(default_factory=AlwaysLeader)
     """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
@@ -71,11 +85,17 @@ def build_services(settings: Settings) -> Services:
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
     scheduler_wakeup = threading.Event()
     leader_lock: LeaderLock
+    identities = Identities(database)
     if isinstance(database, PostgresDatabase):
         # Replicas may share this database: views follow the ledger by LISTEN/NOTIFY (and a
-        # slow poll), and one replica at a time schedules, woken by others' writes too.
+        # slow poll), and one replica at a time schedules, woken by others' writes too. A
+        # revoked token is forgotten by every replica at once.
         jobs.after_save = (database.notify_ledger,)
-        projector.follow_by(LedgerListener(database.dedicated_connection), poll_s=LEDGER_POLL_S)
+        identities.revoked.append(lambda token_id: database.notify(TOKENS_CHANNEL, token_id))
+        listener = LedgerListener(
+            database.dedicated_connection, others={TOKENS_CHANNEL: identities.forget}
+        )
+        projector.follow_by(listener, poll_s=LEDGER_POLL_S)
         projector.followed.append(scheduler_wakeup.set)
         leader_lock = PostgresLeaderLock(database.dedicated_connection)
     else:
@@ -88,10 +108,12 @@ def build_services(settings: Settings) -> Services:
         projector=projector,
         queries=Queries(database),
         state=OperationalState(database),
+        identities=identities,
         artifacts=LocalArtifactStore(settings.data_dir / "artifacts", archive_limits),
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
         waits=Waits(database),
+        secrets=open_secret_store(database, settings.data_dir),
         scheduler_wakeup=scheduler_wakeup,
         leader_lock=leader_lock,
         rebuilder=Rebuilder(jobs, projector, database),

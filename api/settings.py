@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
 
 MiB = 2**20
 GiB = 2**30
@@ -54,9 +56,21 @@ class Settings(BaseModel):
     """The base64 AES key the ledger's events are encrypted with (``--ledger-key-file``)."""
     compress_events: bool = False
     """Stored events are compressed with zlib (``--compress-events``)."""
+    allowed_repo_schemes: frozenset[str] = frozenset(DEFAULT_REPOSITORY_KINDS)
+    """The kinds of repository URL jobs may name (``--allowed-repo-schemes``): keys of
+    ``domain.values.REPOSITORY_KINDS``; git option and transport-helper URLs never pass."""
     skip_events: frozenset[int] = frozenset()
     """Ledger positions the views pass over (an operator's way past an event they cannot
     apply, after reading it with the audit routes)."""
+
+    @field_validator("allowed_repo_schemes")
+    @classmethod
+    def _known_kinds(cls, kinds: frozenset[str]) -> frozenset[str]:
+        unknown = sorted(kinds - set(REPOSITORY_KINDS))
+        if unknown:
+            raise ValueError(f"unknown kind {unknown[0]!r}: use some of "
+                             f"{', '.join(REPOSITORY_KINDS)}")  # fmt: skip
+        return kinds
 
     @property
     def resolved_database_url(self) -> str:

@@ -1,20 +1,21 @@
-"""Operational state beside the ledger: API tokens and node heartbeats."""
+"""Operational state beside the ledger: node heartbeats and holders, and the admin token file
+(users and tokens: :mod:`api.identity`)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from projections.db import Cursor, Database
 
+if TYPE_CHECKING:
+    from api.identity import Identities
+
 SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS api_tokens (
-        token_hash TEXT PRIMARY KEY, user_id TEXT NOT NULL, created_at TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS node_heartbeats (
         node_id TEXT PRIMARY KEY, last_seen TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS node_holders (
@@ -45,14 +46,6 @@ class NodeTaken(Exception):
         )
 
 
-TOKEN_MEMORY_S = 5.0
-"""How long a server remembers a token it found (the ledger of tokens comes with users)."""
-
-
-def _hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -60,40 +53,9 @@ def now() -> datetime:
 class OperationalState:
     def __init__(self, database: Database) -> None:
         self.database = database
-        self._known: dict[str, tuple[str, float]] = {}
         with database.transaction(write=True) as cursor:
             for statement in SCHEMA:
                 cursor.execute(statement)
-
-    def add_token(self, token: str, user_id: str) -> None:
-        with self.database.transaction(write=True) as cursor:
-            cursor.execute(
-                "INSERT INTO api_tokens (token_hash, user_id, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (token_hash) DO NOTHING",
-                (_hash(token), user_id, now().isoformat()),
-            )
-
-    def known_user(self, token: str) -> str | None:
-        """The user of a token remembered from a recent :meth:`user_for`, without a query."""
-        known = self._known.get(_hash(token))
-        return known[0] if known is not None and known[1] > time.monotonic() else None
-
-    def user_for(self, token: str) -> str | None:
-        """The user of a known token. Known tokens are remembered for a few seconds, so that
-        every request does not cost a query; unknown ones are asked again each time."""
-        token_hash = _hash(token)
-        known = self._known.get(token_hash)
-        if known is not None and known[1] > time.monotonic():
-            return known[0]
-        with self.database.transaction() as cursor:
-            cursor.execute("SELECT user_id FROM api_tokens WHERE token_hash = ?", (token_hash,))
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        if len(self._known) > 10_000:
-            self._known.clear()
-        self._known[token_hash] = (str(row["user_id"]), time.monotonic() + TOKEN_MEMORY_S)
-        return str(row["user_id"])
 
     def heartbeat(self, node_id: str) -> None:
         with self.database.transaction(write=True) as cursor:
@@ -158,7 +120,7 @@ class OperationalState:
             return {str(row["node_id"]) for row in cursor.fetchall()}
 
 
-def ensure_admin_token(state: OperationalState, data_dir: Path) -> tuple[str, bool]:
+def ensure_admin_token(identities: Identities, data_dir: Path) -> tuple[str, bool]:
     """The admin token kept in ``data_dir/admin.token``; made on first start.
 
     Returns the token and whether it was just created.
@@ -172,5 +134,5 @@ def ensure_admin_token(state: OperationalState, data_dir: Path) -> tuple[str, bo
         with os.fdopen(fd, "w") as handle:
             handle.write(token + "\n")
     token = path.read_text().strip()
-    state.add_token(token, "admin")
+    identities.ensure_admin(token)
     return token, created

@@ -88,10 +88,14 @@ class Flexai:
                                      headers={"Authorization": f"Bearer {token}"})  # fmt: skip
             me = pwd.getpwuid(os.geteuid()).pw_name
             for index in range(agents):
+                token_file = root / f"agent-{index}.token"
+                made = self.http.post("/v1/admin/node-tokens", json={"node": f"bench-node-{index}"})
+                token_file.write_text(made.json()["token"] + "\n")
+                token_file.chmod(0o600)
                 self._start(f"agent-{index}", [
                     "agent", "--server", self.url, "--accels", str(accels), "--name",
                     f"bench-node-{index}", "--work-dir", str(root / f"agent-{index}"),
-                    "--job-user", me,
+                    "--job-user", me, "--token-file", str(token_file),
                 ])  # fmt: skip
             self._wait(lambda: self._alive_nodes() == agents, "the agents to register")
         except BaseException:

@@ -79,7 +79,9 @@ class Server:
         self.token = json.loads(config.read_text())["token"]
         self.headers = {"Authorization": f"Bearer {self.token}"}
         self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
-        node = self.http.post("/v1/agent/nodes", json={
+        made = self.http.post("/v1/admin/node-tokens", json={"node": "bench-node"}).json()
+        self.agent = {"Authorization": f"Bearer {made['token']}", "X-Flexai-Agent-Id": AGENT_ID}
+        node = self.http.post("/v1/agent/nodes", headers=self.agent, json={
             "name": "bench-node", "accels": 8, "accel_type": "cpu", "agent_id": AGENT_ID,
         }).json()  # fmt: skip
         self.node_id = node["node_id"]
@@ -87,6 +89,11 @@ class Server:
             "name": "quiet-job", "repository_url": "/nowhere", "entry_point": ["train.py"],
         }).json()  # fmt: skip
         self.job_id = job["id"]
+        # The node's token reaches the job's log once the scheduler placed the job there.
+        while not self.http.get("/v1/jobs/quiet-job").json().get("node"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the job was not placed on bench-node within a minute")
+            time.sleep(0.1)
 
     def _healthy(self) -> bool:
         try:
@@ -95,7 +102,7 @@ class Server:
             return False
 
     def requests(self) -> dict[str, Callable[[], httpx.Response]]:
-        agent = {"X-Flexai-Agent-Id": AGENT_ID}
+        agent = self.agent
         return {
             "health": lambda: self.http.get("/health"),
             "list": lambda: self.http.get("/v1/jobs"),
@@ -107,7 +114,7 @@ class Server:
     def ship_log(self, offset: int, data: bytes) -> int:
         answer = self.http.post(
             f"/v1/agent/jobs/{self.job_id}/logs", params={"offset": offset}, content=data,
-            headers={"X-Flexai-Agent-Id": AGENT_ID},
+            headers=self.agent,
         )  # fmt: skip
         answer.raise_for_status()
         return int(answer.json()["size"])

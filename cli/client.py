@@ -27,6 +27,8 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
 
 
+_OWNED_PATHS = ("/v1/jobs", "/v1/audit/jobs")
+"""The routes an admin's ``owner`` applies to."""
 POSITION_HEADER = "X-Flexai-Position"
 MIN_POSITION_HEADER = "X-Flexai-Min-Position"
 
@@ -45,8 +47,11 @@ class ApiClient:
         token: str,
         *,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+        owner: str | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
+        self.owner = owner
+        """Whose jobs the job routes act on (an admin's ``--owner``); None: the caller's."""
         self._http = httpx.Client(
             base_url=self.api_url,
             headers={
@@ -64,6 +69,8 @@ class ApiClient:
     def _ask_position(self, request: httpx.Request) -> None:
         if self.position:
             request.headers[MIN_POSITION_HEADER] = str(self.position)
+        if self.owner is not None and request.url.path.startswith(_OWNED_PATHS):
+            request.url = request.url.copy_merge_params({"owner": self.owner})
 
     def _note_position(self, response: httpx.Response) -> None:
         value = response.headers.get(POSITION_HEADER, "")
@@ -71,10 +78,11 @@ class ApiClient:
             self.position = max(self.position, int(value))
 
     @classmethod
-    def from_config(cls) -> ApiClient:
-        """A client for the URL and token of ``cli.config`` (env vars, then the file)."""
+    def from_config(cls, owner: str | None = None) -> ApiClient:
+        """A client for the URL and token of ``cli.config`` (env vars, then the file); with
+        ``owner``, acting on that user's jobs (admins)."""
         config = load_client_config()
-        return cls(config.api_url, config.token)
+        return cls(config.api_url, config.token, owner=owner)
 
     def close(self) -> None:
         self._http.close()
@@ -170,6 +178,30 @@ class ApiClient:
                     raise self._transport_error(error) from error
                 time.sleep(RETRY_DELAY)
 
+    # --- debug sessions ------------------------------------------------------------------
+
+    def open_debug_session(self, name: str, public_key: str, node_index: int = 0) -> dict[str, Any]:
+        """``POST /v1/jobs/{name}/debug-sessions``: the DebugSessionPublic (``waiting``)."""
+        body = {"public_key": public_key, "node_index": node_index}
+        return self._json("POST", f"/v1/jobs/{_segment(name)}/debug-sessions", json=body)
+
+    def debug_session(self, name: str, session_id: str, wait: float = 0) -> dict[str, Any]:
+        """``GET /v1/jobs/{name}/debug-sessions/{id}?wait=S``: answered once the node took it."""
+        path = f"/v1/jobs/{_segment(name)}/debug-sessions/{_segment(session_id)}"
+        return self._json("GET", path, params={"wait": wait},
+                          timeout=httpx.Timeout(30.0 + wait, connect=10.0))  # fmt: skip
+
+    def close_debug_session(self, name: str, session_id: str) -> dict[str, Any]:
+        """``DELETE /v1/jobs/{name}/debug-sessions/{id}``: the session ended (no error twice)."""
+        path = f"/v1/jobs/{_segment(name)}/debug-sessions/{_segment(session_id)}"
+        return self._json("DELETE", path)
+
+    def debug_stream_target(self, name: str, session_id: str) -> tuple[str, dict[str, str]]:
+        """The WebSocket URL of a session's stream, and the header that authenticates it."""
+        path = f"/v1/jobs/{_segment(name)}/debug-sessions/{_segment(session_id)}/stream"
+        url = "ws" + self.api_url.removeprefix("http") + path
+        return url, {"Authorization": self._http.headers["Authorization"]}
+
     # --- datasets ------------------------------------------------------------------------
 
     def push_dataset(self, name: str, archive: Iterable[bytes]) -> dict[str, Any]:
@@ -185,6 +217,57 @@ class ApiClient:
     def get_dataset(self, name: str) -> dict[str, Any]:
         """``GET /v1/datasets/{name}``: the DatasetDetail, its versions newest first."""
         return self._json("GET", f"/v1/datasets/{_segment(name)}")
+
+    # --- secrets -------------------------------------------------------------------------
+
+    def create_secret(self, name: str, value: str, *, update: bool = False) -> dict[str, Any]:
+        """``POST /v1/secrets`` (409 if the name is taken), or with ``update`` ``PUT
+        /v1/secrets/{name}`` (create or replace): the SecretPublic, never the value."""
+        if update:
+            return self._json("PUT", f"/v1/secrets/{_segment(name)}", json={"value": value})
+        return self._json("POST", "/v1/secrets", json={"name": name, "value": value})
+
+    def list_secrets(self) -> dict[str, Any]:
+        """``GET /v1/secrets``: ``{"secrets": [SecretPublic], "count": n}``, by name."""
+        return self._json("GET", "/v1/secrets")
+
+    def delete_secret(self, name: str) -> dict[str, Any]:
+        """``DELETE /v1/secrets/{name}``."""
+        return self._json("DELETE", f"/v1/secrets/{_segment(name)}")
+
+    # --- users and tokens ----------------------------------------------------------------
+
+    def whoami(self) -> dict[str, Any]:
+        """``GET /v1/whoami``: who this token acts for."""
+        return self._json("GET", "/v1/whoami")
+
+    def create_user(self, name: str, *, admin: bool = False) -> dict[str, Any]:
+        """``POST /v1/admin/users``: the user and its first token (shown once)."""
+        return self._json("POST", "/v1/admin/users", json={"name": name, "admin": admin})
+
+    def list_users(self) -> dict[str, Any]:
+        """``GET /v1/admin/users``."""
+        return self._json("GET", "/v1/admin/users")
+
+    def create_token(self, *, user: str | None = None, label: str = "") -> dict[str, Any]:
+        """``POST /v1/tokens``: a token of the caller's (an admin: of ``user``), shown once."""
+        body: dict[str, Any] = {"label": label, **({"user": user} if user else {})}
+        return self._json("POST", "/v1/tokens", json=body)
+
+    def list_tokens(self, *, user: str | None = None, all_users: bool = False) -> dict[str, Any]:
+        """``GET /v1/tokens``: tokens without their values."""
+        params: dict[str, Any] = {"all_users": "true"} if all_users else {}
+        if user:
+            params["user"] = user
+        return self._json("GET", "/v1/tokens", params=params)
+
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
+        """``DELETE /v1/tokens/{token_id}``."""
+        return self._json("DELETE", f"/v1/tokens/{_segment(token_id)}")
+
+    def create_node_token(self, node: str, *, label: str = "") -> dict[str, Any]:
+        """``POST /v1/admin/node-tokens``: a token for one node's agent, shown once."""
+        return self._json("POST", "/v1/admin/node-tokens", json={"node": node, "label": label})
 
     # --- audit ---------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def config_path() -> Path:
     return Path(base) / "flexai" / "config.json"
 
 
-def _read_file(path: Path) -> dict[str, str]:
+def read_client_file(path: Path) -> dict[str, str]:
     if not path.exists():
         return {}
     try:
@@ -48,7 +48,7 @@ def _read_file(path: Path) -> dict[str, str]:
 def load_client_config(api_url: str | None = None, token: str | None = None) -> ClientConfig:
     """Explicit values first, then ``FLEXAI_API_URL``/``FLEXAI_TOKEN``, then the file."""
     path = config_path()
-    stored = _read_file(path)
+    stored = read_client_file(path)
     url = api_url or os.environ.get("FLEXAI_API_URL") or stored.get("api_url")
     secret = token or os.environ.get("FLEXAI_TOKEN") or stored.get("token")
     if not url:
@@ -58,7 +58,8 @@ def load_client_config(api_url: str | None = None, token: str | None = None) -> 
         )
     if not secret:
         raise ConfigError(
-            f"no API token: set FLEXAI_TOKEN, or put the token `flexai server` printed in {path}"
+            f"no API token: run `flexai login` (or set FLEXAI_TOKEN); on the server's machine "
+            f"`flexai server` wrote the admin's to {path}"
         )
     return ClientConfig(api_url=url.rstrip("/"), token=secret)
 

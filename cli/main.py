@@ -1,5 +1,5 @@
 """The `flexai` entry point: `flexai training <subcommand>`, `flexai dataset <subcommand>`,
-`flexai server`, `flexai agent`.
+`flexai secret <subcommand>`, `flexai server`, `flexai agent`.
 
 Exit codes: 0 done; 1 the server refused or something went wrong (one `error: ` line on
 stderr); 2 the command line is wrong; 130 interrupted with Ctrl-C; 141 the reader of stdout went
@@ -19,6 +19,7 @@ from cli.commands import TRAINING_COMMANDS, Command
 from cli.commands.admin import ADMIN_COMMANDS
 from cli.commands.dataset import DATASET_COMMANDS
 from cli.commands.run import split_entry_point
+from cli.commands.secret import SECRET_COMMANDS
 from cli.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -27,6 +28,9 @@ from cli.errors import (
     CliError,
     UsageError,
 )
+
+ACCOUNT_COMMANDS = ("login", "whoami")
+"""Top-level commands of their own: ``flexai login``, ``flexai whoami``."""
 
 # `flexai server` and `flexai agent` hand the rest of the command line to these, imported only
 # when they run so that the CLI never pays for FastAPI or the agent's dependencies.
@@ -115,11 +119,24 @@ def build_parser() -> Parser:
         "cli.commands.dataset", DATASET_COMMANDS,
     )  # fmt: skip
     _add_group(
-        top, "admin", "administer the control plane (admin token)",
-        "Administers the control plane through its API, with the admin token: check the\n"
-        "ledger's hash chain and the views against it.",
+        top, "secret", "manage Secrets",
+        "Manages Secrets: values kept encrypted by the control plane, which jobs get in an\n"
+        "environment variable with `flexai training run --secret ENV_VAR=NAME`.",
+        "cli.commands.secret", SECRET_COMMANDS,
+    )  # fmt: skip
+    _add_group(
+        top, "admin", "administer the control plane (users, tokens, the ledger)",
+        "Administers the control plane through its API, with an admin's token: users, API\n"
+        "tokens and nodes' tokens; check the ledger's hash chain and the views against it,\n"
+        "rebuild the views.",
         "cli.commands.admin", ADMIN_COMMANDS,
     )  # fmt: skip
+    for name in ACCOUNT_COMMANDS:
+        module = _command("cli.commands", name)
+        sub = top.add_parser(name, help=_summary(module.__doc__),
+                             description=(module.__doc__ or "").strip(), formatter_class=formatter)
+        module.configure(sub)
+        sub.set_defaults(execute=module.execute, subcommand=name)
     for name, (_, summary) in EXTERNAL_COMMANDS.items():
         top.add_parser(name, help=summary, add_help=False)
     return parser
@@ -153,6 +170,8 @@ def _dispatch(argv: list[str]) -> int:
         return EXIT_USAGE
     if (args.command, args.subcommand) == ("training", "run"):
         args.entry_point = entry_point
+    elif (args.command, args.subcommand) == ("training", "debug-ssh"):
+        args.remote_command = entry_point
     elif entry_point is not None:
         raise UsageError(
             f"`flexai {args.command} {args.subcommand}` takes no arguments after `--`",

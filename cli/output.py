@@ -108,9 +108,15 @@ def render_table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]]) -
 REASON_WIDTH = 70
 
 
-def render_jobs_table(jobs: Sequence[Mapping[str, Any]]) -> str:
+def render_jobs_table(jobs: Sequence[Mapping[str, Any]], *, owners: bool = False) -> str:
     """The ``list`` table, in the order the server gave (newest first); a REASON column says
-    why waiting jobs wait, when some do."""
+    why waiting jobs wait, when some do; with ``owners``, an OWNER column first."""
+    if owners:
+        inner = render_jobs_table(jobs).splitlines()
+        width = max([len("OWNER"), *(len(str(job.get("owner") or EMPTY)) for job in jobs)])
+        cells = ["OWNER", *(str(job.get("owner") or EMPTY) for job in jobs)]
+        lines = zip(cells, inner, strict=True)
+        return "\n".join(f"{cell:<{width}}  {line}".rstrip() for cell, line in lines)
     rows = [
         (
             job.get("name"),
@@ -376,6 +382,16 @@ def render_datasets_table(datasets: Sequence[Mapping[str, Any]]) -> str:
         for dataset in datasets
     ]
     return render_table(DATASET_COLUMNS, rows)
+
+
+def render_secrets_table(secrets: Sequence[Mapping[str, Any]]) -> str:
+    """The ``secret list`` table, by name: never a value (the server sends none)."""
+    rows = [
+        (secret.get("name"), format_timestamp(secret.get("created_at")),
+         format_timestamp(secret.get("updated_at")))
+        for secret in secrets
+    ]  # fmt: skip
+    return render_table(("NAME", "CREATED", "UPDATED"), rows)
 
 
 def render_dataset(dataset: Mapping[str, Any]) -> str:

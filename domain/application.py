@@ -247,6 +247,29 @@ class TrainingJobs(Application[UUID]):
         job: TrainingJob = self.repository.get(job_id, version=version)
         return PastJob(job, events[version - 1], latest, created_at)
 
+    def open_debug_session(
+        self, job_id: UUID, session_id: str, node_index: int, key_fingerprint: str, by: Actor
+    ) -> Outcome:
+        """Record a debug session into the running job (``DebugSessionOpened``)."""
+        return self._command(
+            job_id,
+            lambda job: job.open_debug_session(session_id, node_index, key_fingerprint, by=by),
+        )
+
+    def close_debug_session(
+        self, job_id: UUID, session_id: str, reason: str, seconds: float, by: Actor
+    ) -> Outcome:
+        """Record the end of a debug session once (``DebugSessionClosed``); a job ended or
+        deleted meanwhile records it too, since the session was open."""
+
+        def run() -> Outcome:
+            job = self.job(job_id)
+            if not job.close_debug_session(session_id, reason, seconds, by=by):
+                return Outcome(job_id, None)
+            return self._save(job_id, job)
+
+        return self._retrying(run)
+
     # -- scheduler ------------------------------------------------------------------------
 
     def begin_scheduling(self, job_id: UUID) -> Outcome:

@@ -130,10 +130,28 @@ class JobNotTerminal(DomainError):
         )
 
 
+class JobNotRunning(DomainError):
+    """Something only a job ``in progress`` allows (a debug session into it)."""
+
+    def __init__(self, name: str, status: Status) -> None:
+        self.status = status
+        if status in TERMINAL:
+            what = "it has ended; run it again to debug it (`flexai training run`)"
+        else:
+            what = (f"wait until it is 'in progress' (`flexai training inspect {name}` shows "
+                    "its status)")  # fmt: skip
+        super().__init__(
+            f"job '{name}' is '{status}': a debug session needs a running job; {what}"
+        )
+
+
 class JobDeleted(DomainError):
     def __init__(self, name: str) -> None:
         super().__init__(f"job '{name}' was deleted; its history stays readable for audit")
 
+
+SESSION_ID = re.compile(r"[a-z0-9]{16,64}")
+SESSION_ID_RULE = "16 to 64 lower-case letters and digits"
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{1,61})[A-Za-z0-9]")
 
@@ -186,6 +204,8 @@ class TrainingJob(Aggregate):
         ``accelerators``, ``exit_code``, ``stopped``."""
         self.master_port: int | None = None
         self.refused: set[str] = set()
+        self.debug_sessions: set[str] = set()
+        """The ids of the debug sessions open into the job."""
         self.deleted = False
 
     # -- guards ---------------------------------------------------------------------------
@@ -428,6 +448,38 @@ class TrainingJob(Aggregate):
         self._checkpoint_recorded(checkpoint=checkpoint, by=by)
         return True
 
+    # -- debug sessions (`flexai training debug-ssh`): recorded, never a status change ------
+
+    @property
+    def open_debug_sessions(self) -> set[str]:
+        return set(getattr(self, "debug_sessions", ()))  # jobs folded before they existed
+
+    def open_debug_session(
+        self, session_id: str, node_index: int, key_fingerprint: str, by: Actor
+    ) -> None:
+        """A user opens an SSH session into the running job on its node ``node_index``."""
+        if self.deleted:
+            raise JobDeleted(self.name)
+        if self.status != Status.IN_PROGRESS:
+            raise JobNotRunning(self.name, self.status)
+        _checked(values.check_pattern, session_id, "session_id", SESSION_ID, SESSION_ID_RULE)
+        _checked(values.check_text, key_fingerprint, "key_fingerprint",
+                 max_length=values.MAX_LABEL)  # fmt: skip
+        if session_id in self.open_debug_sessions:
+            raise DomainError(f"debug session {session_id} of job '{self.name}' is open already")
+        node = self._placement(node_index)["node_name"]
+        self._debug_session_opened(session_id=session_id, node=node, node_index=node_index,
+                                   key_fingerprint=key_fingerprint, by=by)  # fmt: skip
+
+    def close_debug_session(self, session_id: str, reason: str, seconds: float, by: Actor) -> bool:
+        """The session ended (``seconds`` after it opened); False when it is closed already."""
+        if session_id not in self.open_debug_sessions:
+            return False
+        _checked(values.check_message, reason, "reason")
+        seconds = round(max(0.0, float(seconds)), 3)
+        self._debug_session_closed(session_id=session_id, reason=reason, seconds=seconds, by=by)
+        return True
+
     def delete(self, by: Actor) -> None:
         if self.deleted:
             raise JobDeleted(self.name)
@@ -572,6 +624,16 @@ class TrainingJob(Aggregate):
     @event("CheckpointRecorded")
     def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
         self.checkpoint_ids.add(checkpoint["id"])
+
+    @event("DebugSessionOpened")
+    def _debug_session_opened(self, session_id: str, node: str, node_index: int,
+                              key_fingerprint: str, by: Actor) -> None:  # fmt: skip
+        self.debug_sessions = {*getattr(self, "debug_sessions", ()), session_id}
+
+    @event("DebugSessionClosed")
+    def _debug_session_closed(self, session_id: str, reason: str, seconds: float,
+                              by: Actor) -> None:  # fmt: skip
+        self.debug_sessions = set(getattr(self, "debug_sessions", ())) - {session_id}
 
     @event("Deleted")
     def _deleted(self, by: Actor) -> None:

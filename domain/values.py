@@ -45,6 +45,8 @@ NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SECRET_RULE = "1 to 63 letters, digits, '.', '-' and '_', starting with a letter or digit"
+MAX_SECRET_VALUE = 64 * 1024
+"""A secret's value, in bytes (UTF-8); values live beside the ledger, never in it."""
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FAILURE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 ADDRESS = re.compile(r"[A-Za-z0-9:.\-\[\]%_]{1,253}")
@@ -182,6 +184,75 @@ def _check_relative_path(value: Any, field: str) -> str:
     return value
 
 
+# -- repository URLs ------------------------------------------------------------------------
+
+REPOSITORY_KINDS = {
+    "https": "https://", "http": "http://", "ssh": "ssh://", "git": "git://",
+    "scp": "user@host:path", "file": "an absolute path or file://",
+}  # fmt: skip
+"""Every kind of repository URL a job may name, and how each is written; a server accepts
+those of its ``--allowed-repo-schemes`` (:data:`DEFAULT_REPOSITORY_KINDS` by default)."""
+DEFAULT_REPOSITORY_KINDS = ("https", "ssh", "scp", "file")
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEME_KINDS = {"https": "https", "http": "http", "ssh": "ssh", "git+ssh": "ssh",
+                 "ssh+git": "ssh", "git": "git", "file": "file"}  # fmt: skip
+_TRANSPORT_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")
+_SCP_FORM = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*:[^:]")
+_WHAT_TO_GIVE = "give an https://, ssh:// or git@host:path URL, or an absolute path"
+
+
+def repository_kind(url: Any, field: str = "repository_url") -> str:
+    """The kind (a key of :data:`REPOSITORY_KINDS`) of a repository URL git may be given.
+
+    Refused: text that git would read as an option (``--upload-pack=...``) or as a transport
+    helper (``ext::sh -c ...``, ``fd::``), an unknown scheme (git runs ``git-remote-<scheme>``),
+    an ssh host or user that ssh would read as an option, a relative path.
+    """
+    check_text(url, field, max_length=MAX_URL)
+    shown = check_printable_preview(url)
+    if url.startswith("-"):
+        raise InvalidValue(field, f"{shown} starts with '-', which git reads as an option; "
+                                  f"{_WHAT_TO_GIVE}")  # fmt: skip
+    if _TRANSPORT_HELPER.match(url):
+        raise InvalidValue(field, f"{shown} names a git transport helper ('::'), which runs "
+                                  f"commands; {_WHAT_TO_GIVE}")  # fmt: skip
+    if any(character.isspace() for character in url) and not url.startswith(("/", "file://")):
+        raise InvalidValue(field, f"{shown} holds a space; {_WHAT_TO_GIVE}")
+    scheme = _URL_SCHEME.match(url)
+    if scheme is not None:
+        kind = _SCHEME_KINDS.get(scheme.group(1).lower())
+        if kind is None:
+            raise InvalidValue(field, f"{shown} has the unknown scheme '{scheme.group(1)}'; "
+                                      f"{_WHAT_TO_GIVE}")  # fmt: skip
+        authority = url[scheme.end():].split("/", 1)[0]
+        if kind != "file" and (not authority or any(
+                part.startswith("-") for part in authority.replace("@", ":").split(":"))):
+            raise InvalidValue(field, f"{shown} has no host, or a host or user starting with "
+                                      f"'-'; {_WHAT_TO_GIVE}")  # fmt: skip
+        return kind
+    if url.startswith("/"):
+        return "file"
+    if _SCP_FORM.match(url):
+        return "scp"
+    raise InvalidValue(field, f"{shown} is a relative path or not a URL; {_WHAT_TO_GIVE}")
+
+
+def check_repository_url(
+    url: Any, field: str = "repository_url", allowed: Any = tuple(REPOSITORY_KINDS)
+) -> str:
+    """A repository URL of one of the ``allowed`` kinds (see :func:`repository_kind`)."""
+    kind = repository_kind(url, field)
+    if kind not in allowed:
+        accepted = ", ".join(REPOSITORY_KINDS[name] for name in REPOSITORY_KINDS
+                             if name in allowed)  # fmt: skip
+        raise InvalidValue(
+            field, f"is a {REPOSITORY_KINDS[kind]} URL, which this control plane does not "
+            f"accept: give {accepted or 'none (no kind is allowed)'} (the server's "
+            "--allowed-repo-schemes)",
+        )  # fmt: skip
+    return url
+
+
 def _check_revision(value: Any, field: str) -> str | None:
     if value is None:
         return None
@@ -209,10 +280,25 @@ def check_env(env: Any, field: str = "env") -> dict[str, str]:
             for key, value in checked.items()}  # fmt: skip
 
 
+def check_secret_name(name: Any, field: str = "name") -> str:
+    return check_pattern(name, field, SECRET_NAME, SECRET_RULE)
+
+
 def check_secrets(secrets: Any, field: str = "secrets") -> dict[str, str]:
+    """``--secret`` variables and the names of the secrets they take their values from."""
     checked = _check_mapping(secrets, field)
-    return {key: check_pattern(value, f"{field}.{key}", SECRET_NAME, SECRET_RULE)
+    return {key: check_secret_name(value, f"{field}.{key}")
             for key, value in checked.items()}  # fmt: skip
+
+
+def check_no_shared_variables(env: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
+    """A variable comes from ``--env`` or from ``--secret``, never both."""
+    both = sorted(set(env) & set(secrets))
+    if both:
+        raise InvalidValue(
+            f"secrets.{both[0]}", "is also given with --env: a variable takes its value from "
+            "--env or from --secret, not both; drop one of them",
+        )  # fmt: skip
 
 
 def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
@@ -248,13 +334,14 @@ def check_spec(spec: Mapping[str, Any]) -> None:
         raise InvalidValue(unknown[0], "is not a field of a job")
     if not spec.get("repository_url"):
         raise InvalidValue("repository_url", "is required (--repository-url)")
-    check_text(spec["repository_url"], "repository_url", max_length=MAX_URL)
+    check_repository_url(spec["repository_url"], "repository_url")
     _check_revision(spec.get("repository_revision"), "repository_revision")
     _check_relative_path(spec.get("requirements_path", "requirements.txt"), "requirements_path")
     check_int(spec.get("accels"), "accels", 1, MAX_ACCELS)
     check_int(spec.get("nodes"), "nodes", 1, MAX_NODES)
     check_env(spec.get("env") or {})
     check_secrets(spec.get("secrets") or {})
+    check_no_shared_variables(spec.get("env") or {}, spec.get("secrets") or {})
     check_datasets(spec.get("datasets") or [])
     check_dataset_hashes(spec.get("dataset_hashes") or {}, spec.get("datasets") or [])
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)

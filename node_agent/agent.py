@@ -5,6 +5,8 @@ long poll of ``GET /v1/agent/nodes/{node_id}/assignments`` (answered as soon as 
 change) that starts a supervisor for each new job and passes each answer on to the job's
 supervisor (the control plane's go, the user's stop). Each job lives in its own
 :class:`JobSupervisor` thread, so one job's build, logs or uploads never hold up another's.
+A third long poll, in a thread of its own, takes the debug sessions users open into the node's
+running jobs (``node_agent/debug_ssh.py``).
 
 An agent that (re)starts first ends the processes its predecessor left of jobs no longer listed
 for the node, then follows again the jobs listed as running here (see ``node_agent/adopt.py``).
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 from node_agent.accelerators import AcceleratorPool, Gpu
 from node_agent.adopt import end_orphans
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, Listing, NodeTaken
+from node_agent.debug_shell import JobShell
+from node_agent.debug_ssh import DebugSessions, job_shell
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.network import LOOPBACK
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
@@ -100,9 +104,12 @@ class Agent:
             daemon=True,
         )
         heartbeat.start()
+        debug_sessions = DebugSessions(self.client, lambda: self.node_id, self._job_shell)
+        debug_sessions.start()
         try:
             self._every("poll", self.settings.poll_interval, self.poll_once, at_once=True)
         finally:
+            debug_sessions.stop()
             self.abort_jobs()
             heartbeat.join(timeout=5)
 
@@ -131,6 +138,11 @@ class Agent:
             supervisor.join(timeout=ABORT_GRACE + 15)
             if supervisor.is_alive():
                 log.error("job %s: its processes may still be running", supervisor.job_id)
+
+    def _job_shell(self, job_id: str, node_index: int) -> JobShell | None:
+        """Where a debug session into one of this node's running jobs runs its commands."""
+        supervisor = self.supervisors.get(job_id)
+        return job_shell(supervisor, node_index, self.settings.supervisor.job_user)
 
     # -- periodic tasks ------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ to the job's user, who runs the steps that run code from the repository or its r
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
-import zipfile
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,10 +26,12 @@ from node_agent.envcache import EnvCache, is_cacheable
 from node_agent.environment import CachedEnvironment, EnvironmentFailed, has_requirements
 from node_agent.filelock import LockCancelled
 from node_agent.gitmirror import GitMirrors, MirrorFailed
+from node_agent.job_secrets import JobSecrets, unavailable
 from node_agent.jobuser import JobUser, hand_over
 from node_agent.launch import EntryPointNotFound, build_environment, resolve_entry_point
 from node_agent.models import JobDirs, JobSpec
 from node_agent.processes import run_command
+from node_agent.unpack import ArchiveRefused, UnpackLimits, unpack
 
 FetchCheckpoint = Callable[[str, Path], None]
 """Save checkpoint ``id``'s zip at the given path; raise :class:`CheckpointMissing` if none."""
@@ -88,6 +90,7 @@ class JobBuild:
         python: str = sys.executable,
         caches: BuildCaches | None = None,
         asked: float | None = None,
+        secrets: JobSecrets | None = None,
     ) -> None:
         self.spec = spec
         self.dirs = dirs
@@ -106,10 +109,12 @@ class JobBuild:
         self.asked = asked
         """When (``time.monotonic()``) the agent learned of the job: a look at the origin's
         branches begun since then is recent enough for it. None: when the build begins."""
+        self.secrets = secrets
+        """The values of the job's ``--secret`` variables, fetched before the build."""
         self.commit: str | None = None
 
     def run(self) -> BuiltJob:
-        self.refuse_secrets()
+        self.require_secrets()
         self.checkout()
         requirements = self.find_requirements()
         self.link_datasets()
@@ -130,15 +135,23 @@ class JobBuild:
 
     # -- steps ---------------------------------------------------------------------------
 
-    def refuse_secrets(self) -> None:
-        if self.spec.secrets:
-            raise BuildFailed(
-                "secret_not_found",
-                "secrets are not available on this control plane yet; pass the value with --env",
-            )
+    def require_secrets(self) -> None:
+        """Every ``--secret`` has its value, or the build fails saying which one has none."""
+        if not self.spec.secrets:
+            return
+        failure = (self.secrets or JobSecrets(failure=unavailable("not fetched"))).failure
+        if failure is not None:
+            raise BuildFailed(failure.code, failure.message)
 
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
+        if url.startswith("-") or _TRANSPORT_HELPER.match(url):  # the server refuses them too
+            raise BuildFailed(
+                "clone_failed",
+                f"refused to clone {url[:200]!r}: git would read it as an option or a transport "
+                "helper that runs commands; give an https://, ssh:// or git@host:path URL or an "
+                "absolute path",
+            )  # fmt: skip
         if self._copy_kept_checkout(url, revision):
             return
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
@@ -261,13 +274,19 @@ class JobBuild:
             if self.fetch_checkpoint is None:
                 raise CheckpointMissing(checkpoint_id)
             self.fetch_checkpoint(checkpoint_id, archive)
-            with zipfile.ZipFile(archive) as bundle:
-                bundle.extractall(self.dirs.input_checkpoint)
-        except (CheckpointMissing, zipfile.BadZipFile) as error:
+            unpack(archive, self.dirs.input_checkpoint, UnpackLimits(), "the checkpoint")
+        except CheckpointMissing as error:
             raise BuildFailed(
                 "checkpoint_not_found",
                 f"checkpoint {checkpoint_id} could not be fetched from the control plane "
                 f"({error or 'not found'}); check --checkpoint",
+                self.commit,
+            ) from None
+        except ArchiveRefused as error:
+            raise BuildFailed(
+                "checkpoint_invalid",
+                f"checkpoint {checkpoint_id} was not unpacked: {error}; start from another "
+                "checkpoint (--checkpoint)",
                 self.commit,
             ) from None
         finally:
@@ -370,4 +389,13 @@ def _git_env() -> dict[str, str]:
     env["GIT_TERMINAL_PROMPT"] = "0"  # a private repository fails instead of waiting for input
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     env["LC_ALL"] = "C"
+    # Only these transports, whatever the URL: never a transport helper (``ext::sh -c ...``
+    # runs a command, ``fd::`` reads a descriptor) nor ``git-remote-<scheme>`` of an unknown
+    # scheme. It stands for ``protocol.allow=never`` plus ``protocol.<name>.allow=always``.
+    env["GIT_ALLOW_PROTOCOL"] = GIT_PROTOCOLS
     return env
+
+
+GIT_PROTOCOLS = "file:git:http:https:ssh"
+"""The transports git may use for a job's repository (the server chooses among them)."""
+_TRANSPORT_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")

@@ -152,6 +152,19 @@ class ControlPlaneClient:
         listed = [Assignment.from_json(item) for item in answer.get("assignments", [])]
         return Listing(listed, str(answer.get("etag") or ""))
 
+    def debug_session_offers(self, node_id: str, wait: float = 0.0) -> list[dict[str, Any]]:
+        """The debug sessions this node is asked to take (``wait``: held until there is one)."""
+        path = f"/v1/agent/nodes/{_seg(node_id)}/debug-sessions"
+        answer = self._json("GET", path, params={"wait": wait}, timeout=self.timeout + wait,
+                            retry_for=2.0)  # fmt: skip
+        return [item for item in answer.get("sessions") or [] if isinstance(item, dict)]
+
+    def websocket_target(self, path: str) -> tuple[str, dict[str, str]]:
+        """The ``ws://`` (``wss://``) URL of ``path`` and the headers that say who calls."""
+        url = "ws" + self.api_url.removeprefix("http") + path
+        headers = {key: self._http.headers[key] for key in ("Authorization", AGENT_ID_HEADER)}
+        return url, headers
+
     # -- jobs ----------------------------------------------------------------------------
 
     def report(
@@ -203,6 +216,14 @@ class ControlPlaneClient:
         """Save the zip of a dataset version the job was given at ``destination``."""
         path = f"/v1/agent/jobs/{_seg(job_id)}/datasets/{_seg(content_hash)}"
         self._download(path, destination)
+
+    def job_secrets(self, job_id: str, node_index: int = 0) -> dict[str, str]:
+        """The values of the job's ``--secret`` variables (held in memory only, never logged:
+        not even this answer's size)."""
+        answer = self._json("GET", f"/v1/agent/jobs/{_seg(job_id)}/secrets",
+                            params={"node_index": node_index})  # fmt: skip
+        given = answer.get("secrets") or {}
+        return {str(variable): str(value) for variable, value in given.items()}
 
     def _download(self, path: str, destination: Path) -> None:
         def attempt() -> httpx.Response:

@@ -21,16 +21,15 @@ import hashlib
 import os
 import re
 import shutil
-import stat
 import tempfile
-import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 from node_agent.models import JobSpec
+from node_agent.unpack import ArchiveRefused, NoSpace, UnpackLimits
+from node_agent.unpack import unpack as safe_unpack
 
 FetchDataset = Callable[[str, Path], None]
 """Save the archive of the dataset version with the given hash at the path; raise
@@ -52,14 +51,6 @@ class DatasetUnavailable(Exception):
 class UnsafeArchive(DatasetUnavailable):
     def __init__(self, message: str) -> None:
         super().__init__("dataset_invalid", message)
-
-
-@dataclass(frozen=True)
-class UnpackLimits:
-    """What one dataset may unpack to on this node (the control plane has its own limits)."""
-
-    max_entries: int = 10_000_000
-    max_bytes: int = 2**40
 
 
 class DatasetCache:
@@ -177,71 +168,18 @@ def sha256_of(path: Path) -> str:
 def unpack(archive: Path, destination: Path, limits: UnpackLimits) -> None:
     """Unpack into the new directory ``destination``: plain files and directories only, each
     inside it, no more entries and bytes than the limits (nor than the archive declares)."""
-    destination.mkdir(mode=0o700)
+    if destination.exists():
+        raise UnsafeArchive(f"{destination} exists already; the dataset goes into a new one")
     try:
-        bundle = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as error:
-        raise UnsafeArchive(f"the dataset's archive cannot be read: {error}") from None
-    with bundle:
-        infos = bundle.infolist()
-        declared = sum(info.file_size for info in infos)
-        if len(infos) > limits.max_entries or declared > limits.max_bytes:
-            raise UnsafeArchive(
-                f"the dataset holds {len(infos)} entries and {declared} bytes; this node takes "
-                f"at most {limits.max_entries} entries and {limits.max_bytes} bytes"
-            )
-        free = shutil.disk_usage(destination).free
-        if declared > free:
-            raise DatasetUnavailable(
-                "dataset_unavailable",
-                f"the dataset needs {declared} bytes and this node has {free} free; an operator "
-                "must free space (old versions lie in the agent's datasets-cache directory)",
-            )
-        budget = _Budget(declared)
-        for info in infos:
-            path = destination.joinpath(*_safe_parts(info))
-            try:
-                if info.is_dir():
-                    path.mkdir(parents=True, exist_ok=True)
-                else:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    _extract(bundle, info, path, budget)
-            except (OSError, zipfile.BadZipFile, EOFError) as error:
-                raise UnsafeArchive(
-                    f"the dataset's entry {info.filename[:100]!r} cannot be unpacked: {error}"
-                ) from None
-
-
-class _Budget:
-    """The bytes an archive may still write: what it declared, not a byte more."""
-
-    def __init__(self, declared: int) -> None:
-        self.left = declared
-
-    def spend(self, count: int) -> None:
-        self.left -= count
-        if self.left < 0:
-            raise UnsafeArchive("the dataset's archive unpacks to more bytes than it declares")
-
-
-def _safe_parts(info: zipfile.ZipInfo) -> tuple[str, ...]:
-    name = info.filename
-    kind = stat.S_IFMT(info.external_attr >> 16)
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-        raise UnsafeArchive(f"the dataset's entry {name[:100]!r} is a link or a special file")
-    parts = PurePosixPath(name).parts
-    if (name.startswith("/") or "\\" in name or "\x00" in name or "//" in name or not parts
-            or any(part in (".", "..") for part in parts)):  # fmt: skip
-        raise UnsafeArchive(f"the dataset's entry {name[:100]!r} would land outside of it")
-    return parts
-
-
-def _extract(bundle: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, budget: _Budget) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with bundle.open(info) as source, os.fdopen(os.open(path, flags, 0o600), "wb") as sink:
-        while chunk := source.read(_CHUNK):
-            budget.spend(len(chunk))
-            sink.write(chunk)
+        safe_unpack(archive, destination, limits, "the dataset")
+    except NoSpace as error:
+        raise DatasetUnavailable(
+            "dataset_unavailable",
+            f"{error}; an operator must free space (old versions lie in the agent's "
+            "datasets-cache directory)",
+        ) from None
+    except ArchiveRefused as error:
+        raise UnsafeArchive(str(error)) from None
 
 
 def make_read_only(top: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from node_agent.checkpoints import CheckpointWatcher, zip_tree
@@ -62,9 +63,9 @@ class JobEnding:
         """Seconds of failed log shipping before the job is told ``logs_unavailable``."""
         self.logs: LogShipper | None = None
 
-    def open_logs(self, resume: bool) -> None:
+    def open_logs(self, resume: bool, secret_values: Sequence[str] = ()) -> None:
         """Ship the job's log: a new one, or (``resume``) the one a job that ran on while the
-        agent restarted appends to."""
+        agent restarted appends to; ``secret_values`` are masked out of it."""
         self.logs = LogShipper(
             self.client,
             self.job_id,
@@ -74,6 +75,7 @@ class JobEnding:
             on_unavailable=self._report_logs_unavailable,
             node_index=self.reporter.node_index,
             resume=resume,
+            secret_values=secret_values,
         )
 
     def say(self, line: str) -> None:

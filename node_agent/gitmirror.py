@@ -61,7 +61,7 @@ class GitMirrors:
         _check(git(["clone", "--quiet", "--no-checkout", "--no-hardlinks", "--",
                     str(mirror), str(repo)], self.root))  # fmt: skip
         if not _set_origin(repo, mirror, url):
-            _check(git(["remote", "set-url", "origin", url], repo))
+            _check(git(["remote", "set-url", "--", "origin", url], repo))
 
     def refresh(
         self, url: str, *, git: GitRun, cancel: threading.Event, asked: float | None = None

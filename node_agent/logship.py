@@ -15,6 +15,11 @@ While the control plane cannot store logs (unreachable, or a 503 such as
 and honours ``Retry-After``. Once that has lasted ``unavailable_after`` seconds it calls
 ``on_unavailable`` (which reports ``logs_unavailable``) once for the offset it is stuck at, so
 the user learns why the logs stop there and where the whole log is kept.
+
+A job given secrets has their values masked (``***``) in what is shipped
+(:mod:`node_agent.masking`): the shipped stream is then the masked file, whose offsets differ
+from the file's; it is a function of the file alone, so starting over from the file's first
+byte (a resync) sends the same bytes at the same offsets again.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
+from node_agent.masking import SecretMask
 
 log = logging.getLogger("flexai.agent")
 
@@ -60,6 +66,7 @@ class LogShipper:
         on_unavailable: ReportUnavailable | None = None,
         node_index: int = 0,
         resume: bool = False,
+        secret_values: Sequence[str] = (),
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -79,6 +86,10 @@ class LogShipper:
         self._fds_closed = False
         self._failing_since: float | None = None  # when the current run of failures began
         self._reported_stuck_at: int | None = None  # the offset last reported unavailable
+        self._mask = SecretMask(secret_values) if secret_values else None
+        self._fed = 0  # masking: bytes of the file fed to the mask
+        self._outbox = b""  # masking: masked bytes not acknowledged yet, from ``_sent`` on
+        self._sent = 0  # masking: masked bytes the control plane acknowledged
         self._thread = threading.Thread(target=self._ship, name=f"logs-{job_id}", daemon=True)
         self._thread.start()
 
@@ -142,7 +153,7 @@ class LogShipper:
 
     def _ship(self) -> None:
         backoff = FIRST_RETRY
-        while (batch := self._next_batch()) is not None:
+        while (batch := self._next_masked() if self._mask else self._next_batch()) is not None:
             offset, data = batch
             attempted = time.monotonic()
             try:
@@ -172,7 +183,10 @@ class LogShipper:
                 log.info("job %s: logs shipped again", self.job_id)
             self._failing_since, backoff = None, FIRST_RETRY
             with self._changed:
-                self._acked = max(offset + len(data), min(size, self._written))
+                if self._mask is not None:
+                    self._masked_acknowledged(offset + len(data))
+                else:
+                    self._acked = max(offset + len(data), min(size, self._written))
                 self._last_send = time.monotonic()
                 self._changed.notify_all()
 
@@ -223,12 +237,52 @@ class LogShipper:
             data = data[: cut + 1]  # whole lines when the batch is full, if it holds one
         return offset, data
 
+    def _next_masked(self) -> tuple[int, bytes] | None:
+        """The masked bytes to send next, at their offset in the masked stream; None when
+        done. The mask keeps a value's worth of bytes back until more come or the log closes."""
+        assert self._mask is not None
+        while not self._outbox:
+            with self._changed:
+                while True:
+                    if self._given_up:
+                        return None
+                    pending = self._size() - self._fed
+                    if pending <= 0 and self._closing and not self._mask.held:
+                        return None
+                    due = self._last_send + self.flush_interval - time.monotonic()
+                    if pending >= self.max_batch or self._closing or (pending > 0 and due <= 0):
+                        start, end, closing = self._fed, self._written, self._closing
+                        break
+                    self._changed.wait(timeout=due if pending > 0 else self.flush_interval)
+            data = os.pread(self._read_fd, min(end - start, self.max_batch), start)
+            self._fed = start + len(data)
+            self._outbox = self._mask.feed(data, final=closing and self._fed >= end)
+            if not self._outbox:
+                with self._changed:  # everything held back: wait for more, not at once
+                    self._last_send = time.monotonic()
+        return self._sent, self._outbox[: self.max_batch]
+
+    def _masked_acknowledged(self, end: int) -> None:
+        """The control plane holds the masked stream up to ``end`` (call with the lock held)."""
+        assert self._mask is not None
+        self._outbox = self._outbox[max(0, end - self._sent) :]
+        self._sent = end
+        if not self._outbox:  # what the file's bytes fed so far gave is all shipped
+            self._acked = self._fed - self._mask.held
+
     def _resync(self, error: ApiError, sent_at: int) -> bool:
         expected = error.problem.get("expected_offset")
         if error.slug != "log-offset-mismatch" or not isinstance(expected, int):
             return False
         if expected == sent_at:
             return False  # refusing the very offset it expects: resending cannot help
+        if self._mask is not None:
+            log.warning("job %s: the control plane expects log offset %d; resending the "
+                        "masked log from its start", self.job_id, expected)  # fmt: skip
+            with self._changed:
+                self._fed, self._outbox, self._sent, self._acked = 0, b"", 0, 0
+                self._mask.reset()
+            return True
         with self._changed:
             log.warning(
                 "job %s: the control plane expects log offset %d, not %d; resending from there",

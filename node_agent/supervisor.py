@@ -34,6 +34,7 @@ from node_agent.checkpoints import CheckpointWatcher
 from node_agent.client import ApiError, ControlPlaneClient
 from node_agent.datasets import DatasetCache
 from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
+from node_agent.job_secrets import JobSecrets, fetch_secrets
 from node_agent.jobrun import JobRun
 from node_agent.jobuser import JobUser
 from node_agent.launch import Placement, job_environment
@@ -137,6 +138,8 @@ class JobSupervisor:
         self._started = False
         self._taken_at = time.monotonic()  # after the job was submitted
         self._survivors: list[int] = []
+        self.job_env: dict[str, str] | None = None
+        """The entry point's environment, once this agent launched it (`debug-ssh`)."""
         if assignment.status == STOP_IN_PROGRESS:
             self._stopping.set()
 
@@ -196,17 +199,18 @@ class JobSupervisor:
     def _build_and_run(self) -> None:
         self._end_earlier_processes()
         self.dirs.create_fresh()
-        self.ending.open_logs(resume=False)
-        built = self._build()
+        secrets = fetch_secrets(self.client, self.assignment)  # before a byte of log ships
+        self.ending.open_logs(resume=False, secret_values=secrets.masked)
+        built = self._build(secrets)
         start = self._report_built(built) if built else None
         if built and start and self._claim(start.accelerators):
             self._started = True
-            self._run_entry_point(built, start)
+            self._run_entry_point(built, start, secrets)
 
     def _follow_again(self) -> None:
         """After the agent restarted: follow the job's processes, or say how they ended."""
         try:
-            self.ending.open_logs(resume=True)
+            self._open_logs_again()
         except OSError as error:
             log.error("job %s: its log cannot be shipped any more: %s", self.job_id, error)
         run = JobRun.find(self.dirs)
@@ -220,6 +224,15 @@ class JobSupervisor:
             log.error("job %s: %s", self.job_id, holder)
         self._follow(run)
 
+    def _open_logs_again(self) -> None:
+        """Ship the log of a job found running; not at all if its secrets cannot be masked."""
+        secrets = fetch_secrets(self.client, self.assignment)
+        if secrets.failure is not None:
+            log.error("job %s: its log is not shipped any more, as its secrets cannot be "
+                      "masked: %s", self.job_id, secrets.failure.message)  # fmt: skip
+            return
+        self.ending.open_logs(resume=True, secret_values=secrets.masked)
+
     def _end_earlier_processes(self) -> None:
         """Processes of an earlier build of this job, left by an agent that restarted."""
         if not self.dirs.root.exists():
@@ -232,7 +245,7 @@ class JobSupervisor:
             )
             end_processes(lambda: job_processes(self.dirs.marker), ABORT_GRACE)
 
-    def _build(self) -> BuiltJob | None:
+    def _build(self, secrets: JobSecrets) -> BuiltJob | None:
         name, spec = self.assignment.name, self.assignment.spec
         log.info("job %s (%s): building from %s", self.job_id, name, spec.repository_url)
         build = JobBuild(
@@ -248,6 +261,7 @@ class JobSupervisor:
             python=self.settings.job_python,
             caches=BuildCaches.in_work_dir(self.settings.work_dir),
             asked=self._taken_at,
+            secrets=secrets,
         )
         try:
             if self._stopping.is_set():
@@ -334,12 +348,15 @@ class JobSupervisor:
 
     # -- the entry point ---------------------------------------------------------------
 
-    def _run_entry_point(self, built: BuiltJob, start: Start) -> None:
+    def _run_entry_point(self, built: BuiltJob, start: Start, secrets: JobSecrets) -> None:
         assignment, spec = self.assignment, self.assignment.spec
         rendezvous = start.rendezvous or Rendezvous(LOOPBACK, free_port())
         placement = Placement(assignment.node_index, assignment.nnodes, spec.accels,
                               rendezvous.master_addr, rendezvous.master_port)  # fmt: skip
-        env = job_environment(self.dirs, spec.env, start.accelerators, placement)
+        # --env and --secret never name the same variable; the platform's win over both.
+        env = job_environment(self.dirs, {**spec.env, **secrets.values}, start.accelerators,
+                              placement)  # fmt: skip
+        self.job_env = env  # a debug session's commands get the very same (`debug-ssh`)
         indices = ",".join(map(str, start.accelerators)) or "none"
         log.info("job %s: started on accelerators %s", self.job_id, indices)
         self._say(f"[agent] running {shlex.join(built.argv)} on accelerators {indices}")

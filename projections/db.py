@@ -167,10 +167,13 @@ class PostgresDatabase:
         position as its payload), once the write committed. Best effort: should it fail, the
         views' slow poll finds the events anyway."""
         try:
-            with self.transaction() as cursor:
-                cursor.execute("SELECT pg_notify(?, ?)", (LEDGER_CHANNEL, str(position)))
+            self.notify(LEDGER_CHANNEL, str(position))
         except Exception as error:
             log.warning("could not tell the replicas of ledger position %d: %s", position, error)
+
+    def notify(self, channel: str, payload: str) -> None:
+        with self.transaction() as cursor:
+            cursor.execute("SELECT pg_notify(?, ?)", (channel, payload))
 
     def dedicated_connection(self) -> psycopg.Connection[Any]:
         """A connection of its own, outside the pool (see :func:`dedicated_connection`)."""
@@ -192,6 +195,8 @@ def dedicated_connection(conninfo: str, connect_timeout_s: int) -> psycopg.Conne
 
 LEDGER_CHANNEL = "flexai_ledger"
 """The channel told of every commit to the ledger (:meth:`PostgresDatabase.notify_ledger`)."""
+TOKENS_CHANNEL = "flexai_tokens"
+"""The channel told of every revoked API token: replicas forget the tokens they remember."""
 LISTEN_RETRY_S = 1.0
 """How often a listener whose connection broke tries to connect again."""
 
@@ -200,10 +205,17 @@ class LedgerListener:
     """LISTENs on :data:`LEDGER_CHANNEL` on a connection of its own, connecting again when it
     breaks."""
 
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]]) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        others: dict[str, Callable[[], None]] | None = None,
+    ) -> None:
         self._connect = connect
         self._connection: psycopg.Connection[Any] | None = None
         self._retry_at = 0.0
+        self.others = others or {}
+        """Other channels listened to on the same connection, and what each notification (or
+        a fresh start of listening, when some may have been missed) calls."""
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a commit to the ledger; True when one came (all
@@ -217,18 +229,24 @@ class LedgerListener:
                 return False
             try:
                 connection = self._connect()
-                connection.execute(f"LISTEN {LEDGER_CHANNEL}")
+                for channel in (LEDGER_CHANNEL, *self.others):
+                    connection.execute(f"LISTEN {channel}")
             except psycopg.Error:
                 self._retry_at = time.monotonic() + LISTEN_RETRY_S
                 time.sleep(timeout)
                 return False
             self._connection = connection
+            for told in self.others.values():
+                told()
             return True
         try:
-            return bool(list(connection.notifies(timeout=timeout, stop_after=1)))
+            heard = list(connection.notifies(timeout=timeout, stop_after=1))
         except psycopg.Error:
             self.close()
             return True
+        for channel in {notice.channel for notice in heard} & set(self.others):
+            self.others[channel]()
+        return any(notice.channel == LEDGER_CHANNEL for notice in heard)
 
     def close(self) -> None:
         if self._connection is not None:

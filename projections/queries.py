@@ -11,14 +11,14 @@ from projections.db import Database, Row
 
 DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_at, pushed_by"
 SUMMARY_COLUMNS = (
-    "id, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
+    "id, owner, name, status, accels, nodes, node, created_at, started_at, ended_at, updated_at"
 )
 NEWEST_FIRST = "created_at DESC, id DESC"
 """The order of job lists; the id breaks ties, so that a page cursor is one exact place."""
 
 
 def page_jobs_sql(
-    owner: str,
+    owner: str | None,
     limit: int,
     after: tuple[str, str] | None = None,
     statuses: Collection[Status] = (),
@@ -30,8 +30,11 @@ def page_jobs_sql(
     ``job_list_owner_status_newest`` for one status), however deep it lies, never an OFFSET;
     and jobs created meanwhile sort before ``after``, so they never shift a later page.
     """
-    where = ["owner = ?", "deleted_at IS NULL"]
-    params: list[Any] = [owner]
+    where: list[str] = ["deleted_at IS NULL"]
+    params: list[Any] = []
+    if owner is not None:  # None: every owner's (``job_list_newest``)
+        where.append("owner = ?")
+        params.append(owner)
     if statuses:
         wanted = sorted({status.value for status in statuses})
         where.append(f"status IN ({', '.join('?' * len(wanted))})")
@@ -39,7 +42,12 @@ def page_jobs_sql(
     if name_prefix:  # literal and case-sensitive on both stores: no LIKE wildcards to escape
         where.append("substr(name, 1, ?) = ?")
         params += [len(name_prefix), name_prefix]
-    if after is not None:
+    if after is not None and owner is not None:
+        # The owner in the row too: PostgreSQL then ranges over job_list_owner_newest even on
+        # fresh statistics, rather than over job_list_newest filtering on the owner.
+        where.append("(owner, created_at, id) < (?, ?, ?)")
+        params += [owner, *after]
+    elif after is not None:
         where.append("(created_at, id) < (?, ?)")
         params += [*after]
     sql = (f"SELECT {SUMMARY_COLUMNS} FROM job_list WHERE {' AND '.join(where)} "
@@ -70,7 +78,7 @@ class Queries:
 
     def page_jobs(
         self,
-        owner: str,
+        owner: str | None,
         limit: int,
         *,
         after: tuple[str, str] | None = None,

@@ -26,6 +26,8 @@ SCHEMA = [
     # would replay the whole ledger).
     """CREATE INDEX IF NOT EXISTS job_list_owner_newest ON job_list (owner, created_at, id)
         WHERE deleted_at IS NULL""",
+    """CREATE INDEX IF NOT EXISTS job_list_newest ON job_list (created_at, id)
+        WHERE deleted_at IS NULL""",
     """CREATE INDEX IF NOT EXISTS job_list_owner_status_newest
         ON job_list (owner, status, created_at, id) WHERE deleted_at IS NULL""",
     # Inspect's lookup by name: without it, PostgreSQL on fresh statistics (views just

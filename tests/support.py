@@ -232,3 +232,19 @@ SPEC_TRANSITIONS = {
     ("stop in progress", "stop failed"),
 }
 SPEC_TERMINAL = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
+
+
+def node_headers(services: Any, node: str, agent_id: str | None = None) -> dict[str, str]:
+    """The headers of node ``node``'s agent: a node token an admin made for it (the agent
+    routes refuse users' tokens), and the agent's id when given."""
+    issued = services.identities.issue_node_token(node, label="test", by="admin")
+    headers = {"Authorization": f"Bearer {issued.token}"}
+    if agent_id is not None:
+        headers["X-Flexai-Agent-Id"] = agent_id
+    return headers
+
+
+def user_headers(services: Any, user: str, *, admin: bool = False) -> dict[str, str]:
+    """The headers of a new user ``user`` (made with its first token)."""
+    issued = services.identities.create_user(user, admin=admin, by="admin")
+    return {"Authorization": f"Bearer {issued.token}"}

@@ -1,4 +1,5 @@
-"""Administration of the control plane: the admin token's alone."""
+"""Administration of the control plane, admins' alone: the views and the ledger's integrity
+(users and tokens: :mod:`api.routes.identity`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from api.deps import CurrentUser, ServicesDep
+from api.deps import CurrentAdmin, ServicesDep
 from api.problems import Problem
 from api.verify import verify_ledger
 from projections.rebuild import RebuildRunning
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
-ADMIN = "admin"
 
 
 class VerifyRequest(BaseModel):
@@ -34,20 +34,10 @@ class VerifyAnswer(BaseModel):
     view_differences: list[str]
 
 
-def require_admin(user: str) -> None:
-    if user != ADMIN:
-        raise Problem(
-            403, "admin-only", "Admin only",
-            "this needs the admin token (`flexai server` printed it on first start; it is in "
-            "<data-dir>/admin.token)",
-        )  # fmt: skip
-
-
 @router.post("/rebuild-projections", status_code=202)
-def rebuild_projections(services: ServicesDep, user: CurrentUser) -> dict[str, Any]:
+def rebuild_projections(services: ServicesDep, _: CurrentAdmin) -> dict[str, Any]:
     """Rebuild every view from the first event into fresh tables, in the background, then swap
     them in at once (readers never see empty views). ``GET`` the same path for its progress."""
-    require_admin(user)
     assert services.rebuilder is not None
     try:
         return services.rebuilder.start().to_json()
@@ -60,19 +50,17 @@ def rebuild_projections(services: ServicesDep, user: CurrentUser) -> dict[str, A
 
 
 @router.get("/rebuild-projections")
-def rebuild_progress(services: ServicesDep, user: CurrentUser) -> dict[str, Any]:
+def rebuild_progress(services: ServicesDep, _: CurrentAdmin) -> dict[str, Any]:
     """The last rebuild of the views on this server: its state, how far it got, rows swapped
     in, how long it took, and its error if it failed."""
-    require_admin(user)
     assert services.rebuilder is not None
     return services.rebuilder.progress.to_json()
 
 
 @router.post("/verify")
-def verify(services: ServicesDep, user: CurrentUser, body: VerifyRequest | None = None) -> Any:
+def verify(services: ServicesDep, _: CurrentAdmin, body: VerifyRequest | None = None) -> Any:
     """Recompute the ledger's hash chain from the stored rows, naming the first event that was
     altered, deleted, inserted or reordered, and compare every job folded from the ledger with
     the views."""
-    require_admin(user)
     expect = body.expect_digest if body else None
     return VerifyAnswer(**verify_ledger(services, expect_digest=expect or None))

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 
 from api.audit_schemas import AuditFailure, AuditJobState, AuditPlacement
-from api.deps import CurrentUser, ServicesDep
+from api.deps import CurrentCaller, CurrentUser, JobOwner, ServicesDep
 from api.problems import Problem
 from api.schemas import AuditEvent, AuditHistory, AuditJob, AuditJobs
 from domain.application import BeforeJobCreated, JobNotFound, PastJob, VersionOutOfRange
 from domain.model import event_facts, event_name
+from domain.values import BIGINT_MAX
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
 @router.get("/jobs")
-def jobs_named(name: str, services: ServicesDep, owner: CurrentUser) -> AuditJobs:
-    """Every job of yours that ever had this name, deleted ones included."""
+def jobs_named(name: str, services: ServicesDep, owner: JobOwner) -> AuditJobs:
+    """Every job of yours (an admin: of ``owner``) that ever had this name, deleted ones
+    included."""
     rows = services.queries.jobs_ever_named(owner, name)
     return AuditJobs(
         jobs=[
@@ -33,11 +36,12 @@ def jobs_named(name: str, services: ServicesDep, owner: CurrentUser) -> AuditJob
 
 
 @router.get("/jobs/{job_id}")
-def job_history(job_id: UUID, services: ServicesDep, owner: CurrentUser) -> AuditHistory:
-    """The job's events, oldest first, straight from the ledger."""
+def job_history(
+    job_id: UUID, services: ServicesDep, caller: CurrentCaller, me: CurrentUser
+) -> AuditHistory:
+    """The job's events, oldest first, straight from the ledger (yours; an admin: any's)."""
     events = services.jobs.history(job_id)
-    submitted = events[0]
-    if getattr(submitted, "owner", None) != owner and owner != "admin":
+    if getattr(events[0], "owner", None) != me and not caller.admin:
         raise JobNotFound(f"with id {job_id}")
     return AuditHistory(
         id=str(job_id),
@@ -58,17 +62,18 @@ def job_history(job_id: UUID, services: ServicesDep, owner: CurrentUser) -> Audi
 
 @router.get("/jobs/{job_id}/state")
 def job_state(
-    job_id: UUID, services: ServicesDep, owner: CurrentUser,
-    version: int | None = None, at: datetime | None = None,
+    job_id: UUID, services: ServicesDep, caller: CurrentCaller, me: CurrentUser,
+    version: Annotated[int | None, Query(ge=-BIGINT_MAX - 1, le=BIGINT_MAX)] = None,
+    at: datetime | None = None,
 ) -> AuditJobState:  # fmt: skip
     """The job as it was at a version or a moment (naive: UTC), folded from the ledger."""
     if version is not None and at is not None:
         raise Problem(422, "invalid-request", "Invalid request",
                       "give either version or at, not both")  # fmt: skip
-    moment = None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
+    moment = None if at is None else _in_utc(at)
     try:
         past = services.jobs.job_as_of(job_id, version=version, at=moment,
-                                       owner=None if owner == "admin" else owner)  # fmt: skip
+                                       owner=None if caller.admin else me)  # fmt: skip
     except BeforeJobCreated as error:
         raise Problem(404, "job-not-yet-created", "Job not created yet", str(error),
                       created_at=error.created_at.isoformat()) from None  # fmt: skip
@@ -76,6 +81,18 @@ def job_state(
         raise Problem(422, "version-out-of-range", "Version out of range", str(error),
                       first_version=1, latest_version=error.latest) from None  # fmt: skip
     return _state(job_id, past, moment)
+
+
+def _in_utc(at: datetime) -> datetime:
+    """The moment in UTC (naive: UTC already); 422 for one that UTC cannot hold."""
+    try:
+        return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+    except OverflowError:
+        raise Problem(
+            422, "invalid-request", "Invalid moment",
+            f"at: {at.isoformat()} is outside the years 1 to 9999 once in UTC; give a moment "
+            "within them", field="at",
+        ) from None  # fmt: skip
 
 
 def _state(job_id: UUID, past: PastJob, moment: datetime | None) -> AuditJobState:

@@ -11,12 +11,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
 from api.dataset_archives import DatasetArchives, StoredDataset
-from api.deps import CurrentUser, LedgerWritable, ServicesDep
+from api.deps import CurrentNode, CurrentUser, LedgerWritable, ServicesDep
 from api.problems import Problem
-from api.routes.agent import AgentId, JobId
+from api.routes.agent import AgentId, JobId, require_job
 from api.schemas import DatasetDetail, DatasetPublic, DatasetPushed, DatasetsPublic
 from api.services import Services
-from domain.model import user
+from domain.model import Node, user
 from domain.values import DATASET_RULE, InvalidValue, check_dataset_name
 
 router = APIRouter(prefix="/v1", tags=["datasets"])
@@ -90,9 +90,9 @@ def inspect_dataset(name: DatasetName, services: ServicesDep, owner: CurrentUser
 
 @router.get("/agent/jobs/{job_id}/datasets/{content_hash}", response_class=FileResponse)
 def download_dataset(job_id: JobId, content_hash: ContentHash, agent_id: AgentId,
-                     services: ServicesDep, _: CurrentUser) -> FileResponse:  # fmt: skip
+                     services: ServicesDep, node: CurrentNode) -> FileResponse:  # fmt: skip
     """The archive of a dataset version a job of this agent's node was given."""
-    document = _job_on_a_node_of(services, job_id, agent_id)
+    document = _job_on_a_node_of(services, job_id, agent_id, node)
     names = [name for name, pinned in _pinned(document).items() if pinned == content_hash]
     if not names:
         raise Problem(
@@ -110,16 +110,15 @@ def download_dataset(job_id: JobId, content_hash: ContentHash, agent_id: AgentId
     return FileResponse(path, media_type="application/zip")
 
 
-def _job_on_a_node_of(services: Services, job_id: UUID, agent_id: str) -> dict[str, Any]:
-    """The job, when it runs on a node this agent holds (any node of a multi-node job)."""
-    document = services.queries.job(str(job_id))
-    if document is None:
-        raise Problem(404, "job-not-found", "Job not found", f"no job with id {job_id}")
-    placed = [placement.get("node_id") for placement in document.get("placements") or []]
-    for node_id in placed or [document.get("node_id")]:
-        holder = services.state.holder(node_id) if node_id else None
-        if holder is not None and holder.agent_id == agent_id:
-            return document
+def _job_on_a_node_of(
+    services: Services, job_id: UUID, agent_id: str, node: str
+) -> dict[str, Any]:
+    """The job, when it runs on the token's node and this agent holds it."""
+    document = require_job(services, job_id, node)
+    node_id = str(Node.create_id(node))
+    holder = services.state.holder(node_id)
+    if holder is not None and holder.agent_id == agent_id:
+        return document
     raise Problem(
         409, "wrong-node", "Job belongs to another node",
         f"job '{document['name']}' does not run on a node this agent holds; drop it and take "

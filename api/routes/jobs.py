@@ -9,12 +9,13 @@ from uuid import UUID
 
 import anyio
 from fastapi import APIRouter, Depends, Query
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from api.cursors import InvalidCursor, decode_cursor, encode_cursor
-from api.deps import CurrentUser, LedgerWritable, ServicesDep, tell_position
+from api.deps import ALL_OWNERS, CurrentUser, JobOwner, LedgerWritable, ServicesDep, tell_position
 from api.followers import TooManyFollowers
 from api.problems import Problem, too_many_followers
 from api.schemas import (
@@ -28,9 +29,12 @@ from api.schemas import (
 )
 from api.services import Services
 from domain.model import TERMINAL, Status, user
-from domain.values import BIGINT_MAX, MAX_NODES
+from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_repository_url
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+NodeIndex = Annotated[
+    int, PathParam(ge=0, lt=MAX_NODES, description="the node's index in the job (0 for one node)")
+]
 LOG_READ_BYTES = 256 * 1024
 TEXT = "text/plain; charset=utf-8"
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
@@ -50,12 +54,15 @@ def job_public(document: dict[str, Any]) -> JobPublic:
     return JobPublic.model_validate({**document, "duration_seconds": duration_seconds(document)})
 
 
-def find_job(services: Services, owner: str, name: str) -> dict[str, Any]:
-    document = services.queries.job_by_name(owner, name)
+def find_job(services: Services, owner: str, name: str, me: str | None = None) -> dict[str, Any]:
+    """The owner's live job of that name; 404 for none, and for another user's (a user's
+    jobs are their own: not even their names are revealed to others)."""
+    document = services.queries.job_by_name(owner, name) if owner != ALL_OWNERS else None
     if document is None:
+        whose = f" of user {owner}" if me is not None and owner != me else ""
         raise Problem(
             404, "job-not-found", "Job not found",
-            f"no job named '{name}'; `flexai training list` shows your jobs",
+            f"no job named '{name}'{whose}; `flexai training list` shows your jobs",
         )  # fmt: skip
     return document
 
@@ -66,11 +73,8 @@ def submit_job(
 ) -> JobPublic:
     """Start a new training job."""
     spec = body.model_dump(exclude={"name"})
-    if body.secrets:
-        raise Problem(
-            422, "invalid-request", "Secrets unavailable",
-            "secrets are not available on this control plane yet; pass the value with --env",
-        )  # fmt: skip
+    _check_repository_url(body.repository_url, services.settings.allowed_repo_schemes)
+    # Names only: each value is fetched by the job's agent when the job builds (``secrets``).
     spec["input_checkpoint_id"] = None
     if body.checkpoint:
         found = services.queries.checkpoint(owner, body.checkpoint)
@@ -92,6 +96,14 @@ def submit_job(
     document = services.queries.job(str(outcome.job_id))
     assert document is not None
     return job_public(document)
+
+
+def _check_repository_url(url: str, allowed: frozenset[str]) -> None:
+    try:
+        check_repository_url(url, allowed=allowed)
+    except InvalidValue as error:
+        raise Problem(422, "invalid-request", "Repository URL refused", str(error),
+                      field="repository_url") from None  # fmt: skip
 
 
 def parse_statuses(values: list[str]) -> set[Status]:
@@ -116,7 +128,7 @@ def parse_statuses(values: list[str]) -> set[Status]:
 @router.get("")
 def list_jobs(
     services: ServicesDep,
-    owner: CurrentUser,
+    owner: JobOwner,
     limit: int = Query(default=50, ge=1, le=500, description="jobs per page"),
     cursor: str | None = Query(default=None, max_length=1024,
                                description="the previous page's next_cursor"),  # fmt: skip
@@ -124,7 +136,8 @@ def list_jobs(
     name_prefix: str = Query(default="", max_length=63,
                              description="only jobs whose name starts with this"),  # fmt: skip
 ) -> JobsPublic:
-    """List your jobs, newest first, one page at a time (follow next_cursor)."""
+    """List your jobs (an admin: a user's with ``owner``, everyone's with ``owner=*``), newest
+    first, one page at a time (follow next_cursor)."""
     statuses = parse_statuses(status or [])
     try:
         after = decode_cursor(cursor) if cursor else None
@@ -135,8 +148,9 @@ def list_jobs(
             "page, without `cursor`, and pass each answer's next_cursor as it is",
         ) from None  # fmt: skip
     rows = services.queries.page_jobs(
-        owner, limit + 1, after=after, statuses=statuses, name_prefix=name_prefix
-    )
+        None if owner == ALL_OWNERS else owner, limit + 1, after=after, statuses=statuses,
+        name_prefix=name_prefix,
+    )  # fmt: skip
     page, more = rows[:limit], len(rows) > limit
     waiting = [row["id"] for row in page if row["status"] in WAITING]
     reasons = services.waits.reasons(waiting)
@@ -148,9 +162,9 @@ def list_jobs(
 
 
 @router.get("/{name}")
-def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPublic:
+def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser) -> JobPublic:
     """A job's spec, status, node, timestamps, lifecycle events, and why it waits."""
-    document = find_job(services, owner, name)
+    document = find_job(services, owner, name, me)
     if document["status"] in WAITING:
         waiting = services.waits.detail(document["id"])
         if waiting is not None and document["status"] == Status.SCHEDULING.value:
@@ -163,11 +177,11 @@ def inspect_job(name: str, services: ServicesDep, owner: CurrentUser) -> JobPubl
 
 @router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
 def stop_job(
-    name: str, services: ServicesDep, owner: CurrentUser, response: Response
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser, response: Response
 ) -> JobPublic:
     """Ask for a job to stop."""
-    document = find_job(services, owner, name)
-    outcome = services.jobs.request_stop(UUID(document["id"]), by=user(owner))
+    document = find_job(services, owner, name, me)
+    outcome = services.jobs.request_stop(UUID(document["id"]), by=user(me))
     services.projector.wait(outcome.position)
     tell_position(response, outcome.position)
     return job_public(services.queries.job(document["id"]) or document)
@@ -175,11 +189,11 @@ def stop_job(
 
 @router.delete("/{name}", dependencies=[Depends(LedgerWritable)])
 def delete_job(
-    name: str, services: ServicesDep, owner: CurrentUser, response: Response
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser, response: Response
 ) -> JobDeleted:
     """Delete a finished job; its history stays readable for audit."""
-    document = find_job(services, owner, name)
-    outcome = services.jobs.delete(UUID(document["id"]), by=user(owner))
+    document = find_job(services, owner, name, me)
+    outcome = services.jobs.delete(UUID(document["id"]), by=user(me))
     services.projector.wait(outcome.position)
     tell_position(response, outcome.position)
     deleted = services.queries.job(document["id"]) or document
@@ -190,17 +204,20 @@ def delete_job(
 async def job_logs(
     name: str,
     services: ServicesDep,
-    owner: CurrentUser,
-    offset: int = Query(default=0, ge=0, le=BIGINT_MAX),
+    owner: JobOwner,
+    me: CurrentUser,
+    offset: int = Query(default=0, ge=0, le=BIGINT_MAX, description="the first byte to send"),
     follow: bool = False,
-    node_index: int = Query(default=0, ge=0, le=MAX_NODES,
+    node_index: int = Query(default=0, ge=0, lt=MAX_NODES,
                             description="which node's output (multi-node jobs)"),  # fmt: skip
 ) -> StreamingResponse:
     """A job's build and run output (one node's); with follow, streams until the job ends."""
-    document = await run_in_threadpool(find_job, services, owner, name)
+    document = await run_in_threadpool(find_job, services, owner, name, me)
     job_id = document["id"]
     log = _NodeLog(services, job_id, node_index)
     headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1))}
+    # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
+    log.read(offset)
     if not follow:
         return StreamingResponse(_read_log(log, offset), media_type=TEXT, headers=headers)
     if services.log_followers.count >= services.log_followers.limit:
@@ -269,19 +286,21 @@ class FollowingResponse(StreamingResponse):
 
 
 @router.get("/{name}/checkpoints")
-def job_checkpoints(name: str, services: ServicesDep, owner: CurrentUser) -> CheckpointsPublic:
+def job_checkpoints(
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser
+) -> CheckpointsPublic:
     """The checkpoints a job wrote, oldest first (a running job's too)."""
-    job_id = find_job(services, owner, name)["id"]
+    job_id = find_job(services, owner, name, me)["id"]
     rows = services.queries.checkpoints(job_id)
     return CheckpointsPublic(checkpoints=[CheckpointPublic.model_validate(row) for row in rows])
 
 
 @router.get("/{name}/outputs/{node_index}", response_class=FileResponse)
 def job_outputs(
-    name: str, node_index: int, services: ServicesDep, owner: CurrentUser
+    name: str, node_index: NodeIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
 ) -> Response:
     """The job's output directory as a zip archive."""
-    document = find_job(services, owner, name)
+    document = find_job(services, owner, name, me)
     path = services.artifacts.output_path(document["id"], node_index)
     filename = f"output_{node_index}.zip"
     if not path.exists() and _ran_to_its_end(document, node_index):

@@ -12,7 +12,8 @@ from typing import Protocol
 
 # In the order `flexai training --help` lists them.
 TRAINING_COMMANDS = (
-    "run", "list", "inspect", "history", "logs", "checkpoints", "fetch", "stop", "delete",
+    "run", "list", "inspect", "history", "logs", "checkpoints", "fetch", "debug-ssh", "stop",
+    "delete",
 )  # fmt: skip
 
 
@@ -32,3 +33,10 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def add_name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the training job's name")
+
+
+def add_owner_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--owner", metavar="USER",
+        help="act on that user's job (admins only; your own by default)",
+    )  # fmt: skip

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_json_flag, add_name
+from cli.commands import add_json_flag, add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
     add_json_flag(parser)
 
@@ -21,7 +22,7 @@ def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
     from cli.output import render_checkpoints_table, render_json
 
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         answer = client.list_checkpoints(args.name)
     if args.json:
         print(render_json(answer))

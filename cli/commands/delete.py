@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_name
+from cli.commands import add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
 
 
 def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
 
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         answer = client.delete_job(args.name)
     name = answer.get("name", args.name)
     print(f"Deleted training job {name}; the name {name} is free again.")

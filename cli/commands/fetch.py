@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cli.commands import add_name
+from cli.commands import add_name, add_owner_flag
 
 
 def _node_index(value: str) -> int:
@@ -29,6 +29,7 @@ def _node_index(value: str) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
     parser.add_argument(
         "--output-dir",
@@ -58,7 +59,7 @@ def execute(args: argparse.Namespace) -> int:
 
     directory: Path = args.output_dir
     directory.mkdir(parents=True, exist_ok=True)
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         indices = [args.node_index]
         if args.node_index is None:
             job = client.get_job(args.name)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_json_flag, add_name
+from cli.commands import add_json_flag, add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
     add_json_flag(parser)
     parser.add_argument("--full", action="store_true", help="show every event's facts whole")
@@ -30,7 +31,7 @@ def execute(args: argparse.Namespace) -> int:
     from cli.output import audit_event_lines, audit_job_header, render_json
     from cli.timetravel import job_named
 
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         if args.all:
             jobs = client.audit_jobs(args.name).get("jobs") or []
             if not jobs:

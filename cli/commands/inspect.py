@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_json_flag, add_name
+from cli.commands import add_json_flag, add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
     add_json_flag(parser)
     past = parser.add_mutually_exclusive_group()
@@ -39,7 +40,7 @@ def execute(args: argparse.Namespace) -> int:
 
     if args.at is not None or args.at_version is not None:
         return _past(args)
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         job = client.get_job(args.name)
     print(render_json(job) if args.json else render_job(job))
     return 0
@@ -53,7 +54,7 @@ def _past(args: argparse.Namespace) -> int:
     from cli.timetravel import job_named, parse_moment
 
     at = None if args.at is None else parse_moment(args.at).isoformat()
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         job, note = job_named(client, args.name)
         state = client.audit_state(job["id"], version=args.at_version, at=at)
     if note:

@@ -4,6 +4,7 @@ Newest first, deleted jobs left out: name, status, accelerators per node, nodes,
 was created and how long it has run. One page at a time: the newest 50 (--limit N, up to 500),
 then a line saying that there are more; --all pages through every one. --status (repeatable,
 or comma-separated, e.g. `--status "in progress",enqueued`) and --name-prefix narrow the list.
+Your own jobs; an admin lists one user's with --owner USER, or everyone's with --all-users.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--name-prefix", metavar="P", help="only jobs whose name starts with P")
     parser.add_argument("--all", action="store_true", help="list every job, page after page")
+    whose = parser.add_mutually_exclusive_group()
+    whose.add_argument("--all-users", action="store_true",
+                       help="every user's jobs, with an OWNER column (admins only)")  # fmt: skip
+    whose.add_argument("--owner", metavar="USER", help="that user's jobs (admins only)")
     add_json_flag(parser)
 
 
@@ -48,7 +53,8 @@ def execute(args: argparse.Namespace) -> int:
     from cli.output import render_jobs_table, render_json
 
     filters: dict[str, Any] = {"statuses": args.status, "name_prefix": args.name_prefix}
-    with ApiClient.from_config() as client:
+    owner = "*" if args.all_users else args.owner
+    with ApiClient.from_config(owner=owner) as client:
         if args.all:
             answer = _every_page(client, args.limit or MAX_LIMIT, filters)
         else:
@@ -60,7 +66,7 @@ def execute(args: argparse.Namespace) -> int:
     if not jobs:
         print(_nothing(args))
         return 0
-    print(render_jobs_table(jobs))
+    print(render_jobs_table(jobs, owners=args.all_users))
     if answer.get("next_cursor"):
         print(f"{len(jobs)} newest jobs shown, more exist; `{_command_for_all(args)}` lists "
               "every one")  # fmt: skip
@@ -91,4 +97,8 @@ def _command_for_all(args: argparse.Namespace) -> str:
         words += ["--status", status]
     if args.name_prefix:
         words += ["--name-prefix", args.name_prefix]
+    if args.all_users:
+        words.append("--all-users")
+    elif args.owner:
+        words += ["--owner", args.owner]
     return shlex.join(words)

@@ -15,10 +15,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from cli.commands import add_name
+from cli.commands import add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
     parser.add_argument(
         "--follow", "-f", action="store_true", help="stream new lines until the job ends"
@@ -33,7 +34,7 @@ def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
 
     out = sys.stdout.buffer
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         if args.node_index is not None:
             _copy(client.iter_logs(args.name, follow=args.follow, node_index=args.node_index), out)
             return 0

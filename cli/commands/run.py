@@ -115,6 +115,7 @@ def _check_env_name(key: str, value: str) -> None:
 def repository_url(value: str, cwd: Path | None = None) -> str:
     """Remote and ``file://`` URLs as given; a local path made absolute (the agent on this
     machine clones from there), after checking that it exists."""
+    _refuse_git_injection(value)
     if "://" in value or _SCP_LIKE.match(value):
         return value
     base = cwd or Path.cwd()
@@ -126,6 +127,29 @@ def repository_url(value: str, cwd: Path | None = None) -> str:
             f"or the path of a local git repository"
         )
     return str(absolute)
+
+
+_TRANSPORT_HELPER = re.compile(r"^[A-Za-z0-9+.-]*::")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCHEMES = {"https", "http", "ssh", "git+ssh", "ssh+git", "git", "file"}
+_GIVE = "give an https://, ssh:// or git@host:path URL, or the path of a local git repository"
+
+
+def _refuse_git_injection(value: str) -> None:
+    """Refuse early what git would read as an option or a transport helper (the server
+    refuses it too, with the kinds of URL it accepts)."""
+    scheme = _SCHEME.match(value)
+    if value.startswith("-"):
+        raise CliError(f"the repository URL {value!r} starts with '-', which git reads as an "
+                       f"option; {_GIVE}")  # fmt: skip
+    if _TRANSPORT_HELPER.match(value):
+        raise CliError(f"the repository URL {value!r} names a git transport helper ('::'), "
+                       f"which runs commands; {_GIVE}")  # fmt: skip
+    if scheme is not None and scheme.group(1).lower() not in _SCHEMES:
+        raise CliError(f"the repository URL {value!r} has the unknown scheme "
+                       f"'{scheme.group(1)}'; {_GIVE}")  # fmt: skip
+    if any(ord(character) < 32 or ord(character) == 127 for character in value):
+        raise CliError(f"the repository URL {value!r} holds a control character; {_GIVE}")
 
 
 # --- the command ---------------------------------------------------------------------------
@@ -173,7 +197,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ENV_VAR=SECRET",
-        help="an environment variable set from a named secret (repeatable)",
+        help="an environment variable set from your secret SECRET (`flexai secret create`), "
+        "shown as *** in the logs (repeatable)",
     )
     parser.add_argument(
         "--dataset",

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_name
+from cli.commands import add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    add_owner_flag(parser)
     add_name(parser)
 
 
 def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
 
-    with ApiClient.from_config() as client:
+    with ApiClient.from_config(owner=args.owner) as client:
         job = client.stop_job(args.name)
     name = job.get("name", args.name)
     print(f"Stop requested for training job {name}: status {job.get('status', '-')}.")

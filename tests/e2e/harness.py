@@ -107,11 +107,28 @@ class Cluster:
         except httpx.HTTPError:
             return False
 
+    def node_token(self, name: str) -> str:
+        """A new token for node ``name``'s agent, made with the admin's token."""
+        response = self.api("POST", "/v1/admin/node-tokens", json={"node": name})
+        response.raise_for_status()
+        token: str = response.json()["token"]
+        return token
+
+    def node_token_file(self, name: str) -> Path:
+        """A file (mode 0600) holding a new token of node ``name``, for ``--token-file``."""
+        path = self.root / f"node-{name}.token"
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(self.node_token(name) + "\n")
+        return path
+
     def start_agent(self, name: str, accels: int = 1, *flags: str) -> str:
         """Another agent on this machine, as node ``name``; returns its part's name."""
         part = f"agent-{name}"
         _start(self, part, ["agent", "--server", self.api_url, "--accels", str(accels),
                             "--name", name, "--work-dir", str(self.root / part),
+                            "--token-file", str(self.node_token_file(name)),
                             "--job-user", pwd.getpwuid(os.geteuid()).pw_name,
                             "--address", "127.0.0.1", *flags], self.env)  # fmt: skip
         self.wait_for_node(name)
@@ -218,9 +235,8 @@ def start_cluster(
     server_flags: tuple[str, ...] = (),
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
-    as pytest's temporary directories are that user's alone). The agent's token comes from
-    the client config the server wrote, or from ``FLEXAI_TOKEN`` with
-    ``token_in_environment``."""
+    as pytest's temporary directories are that user's alone). The agent's node token (an
+    admin made it) is in a file, or in ``FLEXAI_TOKEN`` with ``token_in_environment``."""
     cluster = start_server(root, database_url, server_flags=server_flags)
     env = cluster.env
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
@@ -229,7 +245,11 @@ def start_cluster(
     if job_python:
         agent_args += ["--job-python", job_python]
     agent_args += agent_flags
-    agent_env = {**env, "FLEXAI_TOKEN": cluster.token} if token_in_environment else env
+    agent_env = env
+    if token_in_environment:
+        agent_env = {**env, "FLEXAI_TOKEN": cluster.node_token("test-node")}
+    else:
+        agent_args += ["--token-file", str(cluster.node_token_file("test-node"))]
     _start(cluster, "agent", agent_args, agent_env)
 
     def registered() -> bool:

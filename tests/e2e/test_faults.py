@@ -27,7 +27,8 @@ def test_a_second_agent_under_a_live_name_is_refused_and_every_job_runs_once(
 ) -> None:
     second = subprocess.run(
         [*FLEXAI, "agent", "--server", cluster.api_url, "--accels", "1", "--name", "test-node",
-         "--work-dir", str(tmp_path / "second-agent"), "--job-user", ME],
+         "--work-dir", str(tmp_path / "second-agent"), "--job-user", ME,
+         "--token-file", str(cluster.node_token_file("test-node"))],
         env=cluster.env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert second.returncode == 1

@@ -137,6 +137,7 @@ def test_two_replicas_share_views_names_and_one_scheduler(
     _start(cluster, "agent", ["agent", "--server", standby.url, "--accels", "1",
                               "--name", "replica-node", "--work-dir", str(cluster.root / "agent"),
                               "--job-user", pwd.getpwuid(os.geteuid()).pw_name,
+                              "--token-file", str(cluster.node_token_file("replica-node")),
                               "--address", "127.0.0.1"], cluster.env)  # fmt: skip
 
     def node_alive(replica: Replica) -> bool:
@@ -188,6 +189,17 @@ def test_two_replicas_share_views_names_and_one_scheduler(
     jobs = [job for job in one.api("GET", "/v1/jobs").json()["jobs"] if job["name"] == "one-name"]
     assert len(jobs) == 1, jobs
     leader.wait_for("one-name", "succeeded")
+
+    # A token revoked through one replica stops working on the other at once, though that
+    # one used it a moment ago (and remembers valid tokens for a few seconds).
+    made = one.api("POST", "/v1/admin/users", json={"name": "carol"}).json()["token"]
+    as_carol = {"Authorization": f"Bearer {made['token']}"}
+    assert two.client.get(two.url + "/v1/whoami", headers=as_carol).status_code == 200
+    assert one.api("DELETE", f"/v1/tokens/{made['token_id']}").status_code == 200
+    wait_until(lambda: two.client.get(two.url + "/v1/whoami", headers=as_carol).status_code
+               == 401, timeout=1)  # fmt: skip
+    refused = two.client.get(two.url + "/v1/jobs", headers=as_carol).json()
+    assert refused["type"].endswith("/token-revoked"), refused
 
     # kill -9 the leader: the standby takes over within seconds and schedules new jobs onto
     # the agent connected to it.

@@ -280,14 +280,11 @@ def test_a_job_starts_from_another_jobs_checkpoint_and_reads_its_dataset(
     assert "weights 16" in logs and "dataset x,y" in logs
 
 
-def test_run_refuses_an_unknown_checkpoint_and_secrets_with_what_to_do(
+def test_run_refuses_an_unknown_checkpoint_with_what_to_do(
     cluster: Cluster, repo_factory: RepoFactory, job_name: str
 ) -> None:
     repo = repo_factory({"requirements.txt": "", "train.py": "print('hi')\n"})
     missing = cluster.flexai("training", "run", job_name, "-u", str(repo), "-C", "nope",
                              "--", "train.py", check=False)  # fmt: skip
     assert missing.returncode == 1 and "checkpoints" in missing.stderr
-    secret = cluster.flexai("training", "run", job_name, "-u", str(repo), "-S", "HF_TOKEN=hf",
-                            "--", "train.py", check=False)  # fmt: skip
-    assert secret.returncode == 1 and "--env" in secret.stderr
     assert job_name not in cluster.flexai("training", "list").stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,6 +14,7 @@ from api.app import create_app
 from api.services import build_services
 from api.settings import Settings
 from api.state import ensure_admin_token
+from tests.support import node_headers
 
 PROBLEM = "application/problem+json"
 SPEC = {"repository_url": "/nowhere", "entry_point": ["train.py"]}
@@ -22,7 +24,7 @@ SPEC = {"repository_url": "/nowhere", "entry_point": ["train.py"]}
 def api(database_url: str, tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str]]]:
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     services = build_services(settings)
-    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    token, _ = ensure_admin_token(services.identities, settings.data_dir)
     with TestClient(create_app(services, background=False)) as client:
         yield client, {"Authorization": f"Bearer {token}"}
     services.close()
@@ -105,9 +107,18 @@ def test_a_log_upload_past_the_end_is_refused_with_the_offset_to_resend_from(
     api: tuple[TestClient, dict[str, str]],
 ) -> None:
     client, headers = api
+    services = client.app.state.services
     job_id = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "logs"}).json()["id"]
+    agent = "agent-0123456789abcdef"
+    headers = node_headers(services, "gpu-1", agent_id=agent)  # the job's node's agent
+    registered = client.post("/v1/agent/nodes", headers=headers, json={
+        "name": "gpu-1", "accels": 1, "accel_type": "cpu", "agent_id": agent,
+    })  # fmt: skip
+    assert registered.status_code == 200, registered.text
+    services.jobs.begin_scheduling(UUID(job_id))
+    placed = services.jobs.assign(UUID(job_id), registered.json()["node_id"], "gpu-1")
+    services.projector.wait(placed.position)
     path = f"/v1/agent/jobs/{job_id}/logs"
-    headers = {**headers, "X-Flexai-Agent-Id": "agent-0123456789abcdef"}
     assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
     assert client.post(f"{path}?offset=0", headers=headers, content=b"one\n").json() == {"size": 4}
     body = assert_problem(

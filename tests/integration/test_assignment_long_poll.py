@@ -18,6 +18,7 @@ from api.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from api.state import ensure_admin_token
+from tests.support import node_headers
 
 AGENT = {"X-Flexai-Agent-Id": "agent-0123456789abcdef"}
 SPEC = {"repository_url": "/nowhere", "entry_point": ["train.py"]}
@@ -27,19 +28,21 @@ class Api:
     def __init__(self, client: TestClient, services: Services, token: str) -> None:
         self.client = client
         self.services = services
-        self.headers = {"Authorization": f"Bearer {token}", **AGENT}
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.agent_headers = {**node_headers(services, "gpu-1"), **AGENT}
+        """Node gpu-1's agent: the agent routes take its node token, not a user's."""
         registered = client.post(
-            "/v1/agent/nodes", headers=self.headers,
+            "/v1/agent/nodes", headers=self.agent_headers,
             json={"name": "gpu-1", "accels": 2, "accel_type": "cpu", "agent_id": AGENT[
                 "X-Flexai-Agent-Id"]},
         )  # fmt: skip
+        assert registered.status_code == 200, registered.text
         self.node_id = registered.json()["node_id"]
 
     def poll(self, **params: Any) -> tuple[dict[str, Any], float]:
         started = time.monotonic()
-        answer = self.client.get(
-            f"/v1/agent/nodes/{self.node_id}/assignments", headers=self.headers, params=params
-        )
+        path = f"/v1/agent/nodes/{self.node_id}/assignments"
+        answer = self.client.get(path, headers=self.agent_headers, params=params)
         assert answer.status_code == 200, answer.text
         body: dict[str, Any] = answer.json()
         assert answer.headers["ETag"] == f'"{body["etag"]}"'
@@ -62,7 +65,7 @@ class Api:
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     services = build_services(settings)
-    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    token, _ = ensure_admin_token(services.identities, settings.data_dir)
     with TestClient(create_app(services, background=False)) as client:
         yield Api(client, services, token)
     services.close()

@@ -28,6 +28,7 @@ from domain.model import user
 from projections.db import DatabaseUnavailable, open_database
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import SPEC, assert_problem
+from tests.support import node_headers
 from tests.tcp_proxy import Outage, TcpProxy, tcp_proxy
 
 DUE_S = 2.0  # the 503 is due within this; generous for a noisy machine, the wait is 1.5 s
@@ -41,12 +42,15 @@ class Server:
     services: Services
     proxy: TcpProxy
     headers: dict[str, str]
+    agent_headers: dict[str, str]
+    """Node gpu-1's agent's: the agent routes take its node token, not a user's."""
     node_id: str = ""
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[Any, float]:
-        """The response and how long it took."""
+        """The response and how long it took (an agent route's with the node's token)."""
+        headers = self.agent_headers if path.startswith("/v1/agent/") else self.headers
         started = time.monotonic()
-        response = self.client.request(method, path, headers=self.headers, json=body)
+        response = self.client.request(method, path, headers=headers, json=body)
         return response, time.monotonic() - started
 
     def needs_the_database(self, name: str) -> list[tuple[str, str, Any]]:
@@ -59,7 +63,7 @@ class Server:
 
     def register_node(self) -> None:
         body = {"name": "gpu-1", "accels": 1, "accel_type": "cpu", "agent_id": AGENT_ID}
-        response = self.client.post("/v1/agent/nodes", headers=self.headers, json=body)
+        response = self.client.post("/v1/agent/nodes", headers=self.agent_headers, json=body)
         assert response.status_code == 200, response.text
         self.node_id = response.json()["node_id"]
 
@@ -103,13 +107,14 @@ def start(
             services = dataclasses.replace(
                 services, jobs=TrainingJobs(env=proxied.event_store_env())
             )
-        token, _ = ensure_admin_token(services.state, proxied.data_dir)
+        token, _ = ensure_admin_token(services.identities, proxied.data_dir)
         client = TestClient(create_app(services, background=background),
                             raise_server_exceptions=raise_server_exceptions)  # fmt: skip
         client.__enter__()
         opened.append((client, services))
-        headers = {"Authorization": f"Bearer {token}", "X-Flexai-Agent-Id": AGENT_ID}
-        return Server(client, services, proxy, headers)
+        headers = {"Authorization": f"Bearer {token}"}
+        agent_headers = node_headers(services, "gpu-1", agent_id=AGENT_ID)
+        return Server(client, services, proxy, headers, agent_headers)
 
     yield start_one
     for client, services in opened:

@@ -20,6 +20,7 @@ from api.services import Services, build_services
 from api.settings import Limits, Settings
 from api.state import ensure_admin_token
 from tests.integration.test_api_problems import SPEC, assert_problem
+from tests.support import node_headers
 
 AGENT = "agent-0123456789abcdef"
 OTHER_AGENT = "agent-fedcba9876543210"
@@ -38,6 +39,8 @@ class Api:
         self.client = client
         self.services = services
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.node_headers = node_headers(services, "gpu-1")
+        """Node gpu-1's token: the agent routes refuse users' tokens."""
 
     def push(self, name: str, data: bytes) -> Any:
         return self.client.put(f"/v1/datasets/{name}", headers=self.headers, content=data)
@@ -52,7 +55,7 @@ class Api:
     def assigned_job(self, datasets: list[str]) -> tuple[str, dict[str, str]]:
         """A job with ``datasets`` assigned to node gpu-1 (held by AGENT); its id and pins."""
         registered = self.client.post(
-            "/v1/agent/nodes", headers={**self.headers, "X-Flexai-Agent-Id": AGENT},
+            "/v1/agent/nodes", headers={**self.node_headers, "X-Flexai-Agent-Id": AGENT},
             json={"name": "gpu-1", "accels": 2, "accel_type": "cpu", "agent_id": AGENT},
         )  # fmt: skip
         assert registered.status_code == 200, registered.text
@@ -61,8 +64,8 @@ class Api:
         return job["id"], job["spec"].get("dataset_hashes") or {}
 
     def download(self, job_id: str, content_hash: str, agent_id: str = AGENT) -> Any:
-        return self.client.get(f"/v1/agent/jobs/{job_id}/datasets/{content_hash}",
-                               headers={**self.headers, "X-Flexai-Agent-Id": agent_id})  # fmt: skip
+        headers = {**self.node_headers, "X-Flexai-Agent-Id": agent_id}
+        return self.client.get(f"/v1/agent/jobs/{job_id}/datasets/{content_hash}", headers=headers)
 
 
 @pytest.fixture
@@ -70,7 +73,7 @@ def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     limits = Limits(upload_bytes=64 * 1024, archive_entries=50)
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url, limits=limits)
     services = build_services(settings)
-    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    token, _ = ensure_admin_token(services.identities, settings.data_dir)
     with TestClient(create_app(services, background=False)) as client:
         yield Api(client, services, token)
     services.close()
@@ -139,6 +142,9 @@ def test_the_agent_of_the_jobs_node_downloads_the_pinned_version_and_nothing_els
     unpinned = api.download(job_id, hashlib.sha256(SECOND).hexdigest())
     assert "no dataset version" in assert_problem(unpinned, 404, "dataset-not-found")["detail"]
     assert_problem(api.download(job_id, pins["mnist"], OTHER_AGENT), 409, "wrong-node")
+    as_user = api.client.get(f"/v1/agent/jobs/{job_id}/datasets/{pins['mnist']}",
+                             headers={**api.headers, "X-Flexai-Agent-Id": AGENT})  # fmt: skip
+    assert_problem(as_user, 403, "node-token-needed")
     assert_problem(api.download(job_id, "../../admin.token"), 404, "not-found")
     assert_problem(api.download(job_id, "A" * 64), 422, "invalid-request")
 

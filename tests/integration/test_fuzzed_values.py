@@ -17,6 +17,7 @@ from api.app import create_app
 from api.services import Services, build_services
 from api.settings import Settings
 from api.state import ensure_admin_token
+from tests.support import node_headers
 
 AGENT = {"X-Flexai-Agent-Id": "fuzz-agent-0123456789"}
 ACCEPTED = {200, 201, 404, 409, 413, 422}
@@ -48,7 +49,9 @@ class Fixture:
         self.client = client
         self.services = services
         self.headers = {"Authorization": f"Bearer {token}"}
-        node = client.post("/v1/agent/nodes", headers=self.headers, json={
+        self.agent_headers = {**node_headers(services, "fuzz-node"), **AGENT}
+        """fuzz-node's agent's: the agent routes take its node token, not a user's."""
+        node = client.post("/v1/agent/nodes", headers=self.agent_headers, json={
             "name": "fuzz-node", "accels": 8, "accel_type": "cpu", "agent_id": AGENT[
                 "X-Flexai-Agent-Id"],
         }).json()  # fmt: skip
@@ -58,7 +61,8 @@ class Fixture:
         }).json()  # fmt: skip
         self.job_id = job["id"]
         services.jobs.begin_scheduling(UUID(self.job_id))
-        services.jobs.assign(UUID(self.job_id), self.node_id, "fuzz-node")
+        placed = services.jobs.assign(UUID(self.job_id), self.node_id, "fuzz-node")
+        services.projector.wait(placed.position)  # the node's token reaches placed jobs only
 
     def assert_views_run(self) -> None:
         self.services.projector.catch_up()
@@ -70,7 +74,7 @@ class Fixture:
 def fuzz(database_url: str, tmp_path: Path) -> Iterator[Fixture]:
     config = Settings(data_dir=tmp_path / "data", database_url=database_url)
     services = build_services(config)
-    token, _ = ensure_admin_token(services.state, config.data_dir)
+    token, _ = ensure_admin_token(services.identities, config.data_dir)
     with TestClient(create_app(services, background=False), raise_server_exceptions=False) as c:
         yield Fixture(c, services, token)
     services.close()
@@ -108,12 +112,12 @@ def test_any_agent_report_or_checkpoint_name_is_recorded_or_refused_and_the_view
 ) -> None:
     report = {"node_id": fuzz.node_id, "type": kind, **facts}
     response = fuzz.client.post(f"/v1/agent/jobs/{fuzz.job_id}/reports",
-                                headers={**fuzz.headers, **AGENT}, json=report)  # fmt: skip
+                                headers=fuzz.agent_headers, json=report)  # fmt: skip
     assert response.status_code in ACCEPTED, response.text
     segment = checkpoint.encode("utf-8", "surrogatepass").hex()[:60]
     uploaded = fuzz.client.put(
         f"/v1/agent/jobs/{fuzz.job_id}/checkpoints/{segment}{checkpoint[:1]!r}",
-        params={"node_id": fuzz.node_id}, headers={**fuzz.headers, **AGENT}, content=b"PK",
+        params={"node_id": fuzz.node_id}, headers=fuzz.agent_headers, content=b"PK",
     )  # fmt: skip
     assert uploaded.status_code in ACCEPTED, uploaded.text
     fuzz.assert_views_run()

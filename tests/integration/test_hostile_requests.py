@@ -21,6 +21,7 @@ from api.settings import Limits, Settings
 from api.state import ensure_admin_token
 from domain.model import TrainingJob, user
 from tests.integration.test_api_problems import SPEC, assert_problem
+from tests.support import node_headers
 
 AGENT_A = "agent-a-0123456789abcdef"
 AGENT_B = "agent-b-0123456789abcdef"
@@ -31,13 +32,16 @@ class Api:
         self.client = client
         self.services = services
         self.headers = {"Authorization": f"Bearer {token}"}
+        self.node_headers = node_headers(services, "gpu-1")
+        """Node gpu-1's token: the agent routes refuse users' tokens."""
 
     def agent_headers(self, agent_id: str = AGENT_A) -> dict[str, str]:
-        return {**self.headers, "X-Flexai-Agent-Id": agent_id}
+        return {**self.node_headers, "X-Flexai-Agent-Id": agent_id}
 
     def register(self, name: str = "gpu-1", agent_id: str = AGENT_A) -> Any:
+        """Registers node ``name`` with node gpu-1's token."""
         body = {"name": name, "accels": 2, "accel_type": "cpu", "agent_id": agent_id}
-        return self.client.post("/v1/agent/nodes", headers=self.headers, json=body)
+        return self.client.post("/v1/agent/nodes", headers=self.node_headers, json=body)
 
     def running_job(self, name: str = "victim") -> tuple[str, str]:
         """A job assigned to node gpu-1 (held by agent A) and started there."""
@@ -46,8 +50,10 @@ class Api:
         job_id = job_id.json()["id"]
         jobs = self.services.jobs
         jobs.begin_scheduling(UUID(job_id))
-        jobs.assign(UUID(job_id), node_id, "gpu-1")
-        self.report(job_id, node_id, "built", commit="c0ffee")
+        placed = jobs.assign(UUID(job_id), node_id, "gpu-1")
+        self.services.projector.wait(placed.position)  # a node token reaches placed jobs only
+        built = self.report(job_id, node_id, "built", commit="c0ffee")
+        assert built.status_code == 200, built.text
         return job_id, node_id
 
     def report(self, job_id: str, node_id: str, kind: str, **facts: Any) -> Any:
@@ -65,7 +71,7 @@ def open_api(database_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
     def open_one(**settings: Any) -> Api:
         config = Settings(data_dir=tmp_path / "data", database_url=database_url, **settings)
         services = build_services(config)
-        token, _ = ensure_admin_token(services.state, config.data_dir)
+        token, _ = ensure_admin_token(services.identities, config.data_dir)
         client = TestClient(create_app(services, background=False))
         client.__enter__()
         opened.append((client, services))
@@ -117,7 +123,7 @@ def test_a_node_name_or_checkpoint_name_with_a_nul_byte_is_refused_before_it_is_
         f"/v1/agent/jobs/{job_id}/checkpoints/ck%00pt", params={"node_id": node_id},
         headers=api.agent_headers(), content=zip_of({"a.txt": b"x"}),
     )  # fmt: skip
-    assert assert_problem(response, 422, "invalid-request")["field"] == "checkpoint_name"
+    assert assert_problem(response, 422, "invalid-request")["field"] == "path"  # before routing
     assert api.client.get("/v1/jobs/victim/checkpoints", headers=api.headers).json() == {
         "checkpoints": []
     }

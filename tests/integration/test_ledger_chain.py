@@ -16,7 +16,7 @@ from api.settings import Settings
 from domain.application import TrainingJobs
 from projections.chain import GENESIS, ChainRow, RawEvent, event_hash, ledger_digest, verify_chain
 from tests.integration import test_time_travel
-from tests.integration.test_time_travel import BOB_TOKEN, Api
+from tests.integration.test_time_travel import Api
 
 api = test_time_travel.api  # the same fixture: the real app and CLI on each store
 
@@ -134,10 +134,11 @@ def test_views_that_disagree_with_the_ledger_are_named(api: Api) -> None:
 
 def test_only_the_admin_verifies_and_the_cli_says_it(api: Api) -> None:
     workload(api)
-    api.services.state.add_token(BOB_TOKEN, "bob")
+    bob_token = api.new_user("bob")
     refused = api.client.post("/v1/admin/verify",
-                              headers={"Authorization": f"Bearer {BOB_TOKEN}"})  # fmt: skip
+                              headers={"Authorization": f"Bearer {bob_token}"})  # fmt: skip
     assert refused.status_code == 403 and refused.json()["type"].endswith("admin-only")
+    assert "user bob is no admin" in refused.json()["detail"]
     code, out, err = api.cli("admin", "verify")
     assert code == 0, err
     assert "ok: the ledger's chain holds" in out and "head digest:" in out
@@ -146,8 +147,8 @@ def test_only_the_admin_verifies_and_the_cli_says_it(api: Api) -> None:
     code, out, err = api.cli("admin", "verify")
     assert code == 1
     assert "VIEWS: job" in out and "verify found problems" in out
-    code, _, err = api.cli("admin", "verify", token=BOB_TOKEN)
-    assert code != 0 and "admin token" in err
+    code, _, err = api.cli("admin", "verify", token=bob_token)
+    assert code != 0 and "needs an admin's token" in err
 
 
 def test_events_written_before_the_chain_are_left_out_and_said(tmp_path: Any) -> None:

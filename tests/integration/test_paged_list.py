@@ -66,7 +66,7 @@ class Api:
 def api(database_url: str, tmp_path: Path) -> Iterator[Api]:
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     services = build_services(settings)
-    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    token, _ = ensure_admin_token(services.identities, settings.data_dir)
     with TestClient(create_app(services, background=False)) as client:
         yield Api(client, services, {"Authorization": f"Bearer {token}"})
     services.close()

@@ -68,9 +68,12 @@ def test_one_advisory_lock_holder_at_a_time_and_the_lock_goes_with_its_connectio
     assert second.acquire()
     # The holder's connection is cut (an administrator, a restart): it no longer leads...
     with psycopg.connect(postgres_url, autocommit=True) as admin:
+        # Only this test's database (other tests' servers run beside it), and wait until the
+        # backend is gone: it lets go of its locks as it exits, after its client sees it end.
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks "
-            "WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_locks "
+            "WHERE locktype = 'advisory' AND pid <> pg_backend_pid() AND database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())"
         )
     wait_until(lambda: not second.held(), timeout=5)
     # ...and the lock is free for whoever asks first.

@@ -22,9 +22,9 @@ from cli.client import ApiClient
 from cli.main import main
 from domain.model import EVENT_STATUS
 from tests.integration.test_api_problems import SPEC, assert_problem
+from tests.support import node_headers
 
 AGENT = "agent-0123456789abcdef"
-BOB_TOKEN = "bob-token-0123456789"
 
 
 class Api:
@@ -32,7 +32,13 @@ class Api:
         self.app, self.client, self.services = app, client, services
         self.headers = {"Authorization": f"Bearer {token}"}
         self.token = token
+        self.agent_headers = {**node_headers(services, "gpu-1"), "X-Flexai-Agent-Id": AGENT}
+        """Node gpu-1's agent's: the agent routes take its node token, not a user's."""
         self.node_id: str | None = None
+
+    def new_user(self, name: str) -> str:
+        """The token of a new user ``name``, no admin."""
+        return self.services.identities.create_user(name, admin=False, by="admin").token
 
     def submit(self, name: str) -> str:
         answer = self.client.post("/v1/jobs", headers=self.headers, json={**SPEC, "name": name})
@@ -42,8 +48,7 @@ class Api:
 
     def report(self, job_id: str, kind: str, **facts: Any) -> None:
         answer = self.client.post(
-            f"/v1/agent/jobs/{job_id}/reports",
-            headers={**self.headers, "X-Flexai-Agent-Id": AGENT},
+            f"/v1/agent/jobs/{job_id}/reports", headers=self.agent_headers,
             json={"node_id": self.node_id, "type": kind, **facts},
         )  # fmt: skip
         assert answer.status_code == 200, answer.text
@@ -52,14 +57,15 @@ class Api:
         """Submitted, scheduled, assigned to gpu-1, built (so started), exited 0."""
         if self.node_id is None:
             registered = self.client.post(
-                "/v1/agent/nodes", headers={**self.headers, "X-Flexai-Agent-Id": AGENT},
+                "/v1/agent/nodes", headers=self.agent_headers,
                 json={"name": "gpu-1", "accels": 2, "accel_type": "cpu", "agent_id": AGENT},
             )  # fmt: skip
             assert registered.status_code == 200, registered.text
             self.node_id = registered.json()["node_id"]
         job_id = self.submit(name)
         self.services.jobs.begin_scheduling(UUID(job_id))
-        self.services.jobs.assign(UUID(job_id), self.node_id, "gpu-1")
+        placed = self.services.jobs.assign(UUID(job_id), self.node_id, "gpu-1")
+        self.services.projector.wait(placed.position)  # the node's token reaches placed jobs
         self.report(job_id, "built", commit="c0ffee")
         self.report(job_id, "exited", exit_code=0)
         return job_id
@@ -86,17 +92,19 @@ def api(
 ) -> Iterator[Api]:  # fmt: skip
     settings = Settings(data_dir=tmp_path / "data", database_url=database_url)
     services = build_services(settings)
-    token, _ = ensure_admin_token(services.state, settings.data_dir)
+    token, _ = ensure_admin_token(services.identities, settings.data_dir)
     app = create_app(services, background=False)
     with TestClient(app) as client:
         ready = Api(app, client, services, token)
 
         def cli(*argv: str, token: str | None = None) -> tuple[int, str, str]:
-            def from_config(_: type[ApiClient]) -> ApiClient:
-                made = ApiClient("http://testserver", token or ready.token)
+            def from_config(_: type[ApiClient], owner: str | None = None) -> ApiClient:
+                made = ApiClient("http://testserver", token or ready.token, owner=owner)
+                hooks = made._http.event_hooks  # the position and the admin's owner
                 made._http.close()
                 made._http = TestClient(app, headers={"Authorization": f"Bearer "
                                                       f"{token or ready.token}"})  # fmt: skip
+                made._http.event_hooks = hooks
                 return made
 
             monkeypatch.setattr(ApiClient, "from_config", classmethod(from_config))
@@ -185,11 +193,11 @@ def test_a_deleted_jobs_history_and_past_states_stay_readable(api: Api) -> None:
 
 def test_a_user_cannot_time_travel_another_users_job(api: Api) -> None:
     job_id = api.succeeded("resnet")
-    api.services.state.add_token(BOB_TOKEN, "bob")
-    bob = {"Authorization": f"Bearer {BOB_TOKEN}"}
+    bob_token = api.new_user("bob")
+    bob = {"Authorization": f"Bearer {bob_token}"}
     for params in ({"version": 1}, {"at": "2000-01-01T00:00:00Z"}, {}):
         assert_problem(api.state(job_id, headers=bob, **params), 404, "job-not-found")
-    code, _, err = api.cli("training", "inspect", "resnet", "--at-version", "1", token=BOB_TOKEN)
+    code, _, err = api.cli("training", "inspect", "resnet", "--at-version", "1", token=bob_token)
     assert code == 1 and "no job was ever named 'resnet'" in err
 
 

@@ -18,6 +18,7 @@ from node_agent.build import (
     FetchCheckpoint,
     JobBuild,
 )
+from node_agent.job_secrets import JobSecrets, not_found
 from node_agent.models import JobDirs, JobSpec
 from tests.support import build_wheel, git, make_repo
 
@@ -213,12 +214,20 @@ def test_a_dataset_missing_on_the_node_fails_with_dataset_not_found(
     assert "'imagenet'" in error.message
 
 
-def test_secrets_fail_with_secret_not_found(tmp_path: Path, repo: Repo) -> None:
-    error = failure(tmp_path, str(repo.path), secrets={"HF_TOKEN": "hf"})
-    assert error.code == "secret_not_found"
-    assert error.message == (
-        "secrets are not available on this control plane yet; pass the value with --env"
-    )
+def test_a_secret_the_owner_lacks_fails_the_build_with_secret_not_found_before_cloning(
+    tmp_path: Path, repo: Repo
+) -> None:
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
+    dirs.create_fresh()
+    spec = JobSpec(repository_url=str(repo.path), entry_point=("train.py",),
+                   secrets={"HF_TOKEN": "hf"})  # fmt: skip
+    missing = JobSecrets(failure=not_found(["hf"], spec.secrets))
+    with pytest.raises(BuildFailed) as caught:
+        JobBuild(spec, dirs, log=lambda line: None, secrets=missing).run()
+    assert caught.value.code == "secret_not_found"
+    assert "'hf' (for HF_TOKEN)" in caught.value.message
+    assert "`flexai secret create hf`" in caught.value.message
+    assert not dirs.repo.exists()
 
 
 def test_the_input_checkpoint_is_unpacked(tmp_path: Path, repo: Repo) -> None:

@@ -290,9 +290,9 @@ def test_jobs_listed_for_the_node_that_no_supervisor_knows_are_settled(
     wait_until(lambda: state.status("was-stopping") == "stopped")
     failed = next(r for r in state.reports if r["job_id"] == "was-running")
     assert failed["code"] == "node_lost"
-    assert failed["message"] == (
-        "the node agent restarted and found no process of the job and no exit code: it ended "
-        "while the agent was down"
+    assert failed["message"] == (  # no trace of it on the node: it never started here
+        "the node agent went down before it started the entry point, and no process of the "
+        "job runs: run the job again"
     )
     terminate(agent)
 

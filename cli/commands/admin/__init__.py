@@ -1,9 +1,10 @@
 """The ``flexai admin`` subcommands, one module each (see :mod:`cli.commands` for the shape).
 
-They reach the server through its HTTP API with the admin token, like every other command."""
+They reach the server through its HTTP API with an admin's token, like every other command
+(``token`` serves every user for their own tokens)."""
 
 from __future__ import annotations
 
 # In the order `flexai admin --help` lists them.
-ADMIN_COMMANDS = ("verify", "rebuild-projections")
+ADMIN_COMMANDS = ("user", "token", "node-token", "verify", "rebuild-projections")
 """A command ``a-b`` is the module ``a_b``."""
