@@ -6,7 +6,7 @@ wait for a free thread) per dependency per request. Whatever may block runs in a
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -23,6 +23,15 @@ async def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def bearer_token(scope: Any) -> str | None:
+    """The bearer token of an HTTP or WebSocket request's scope, if it sends one."""
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
 
 
 async def resolve_caller(identities: Identities, token: str | None) -> Caller:
@@ -45,9 +54,7 @@ async def current_caller(request: Request, services: ServicesDep) -> Caller:
     known: Caller | None = getattr(request.state, "caller", None)
     if known is not None:
         return known
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    bearer = token.strip() if scheme.lower() == "bearer" else None
-    caller = await resolve_caller(services.identities, bearer)
+    caller = await resolve_caller(services.identities, bearer_token(request.scope))
     request.state.caller = caller
     return caller
 

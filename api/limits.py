@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from api.deps import resolve_caller
+from api.deps import bearer_token, resolve_caller
 from api.identity import Identities
 from api.problems import (
     PayloadTooLarge,
@@ -49,14 +49,6 @@ def body_limit(limits: Limits, method: str, path: str) -> tuple[int, str]:
     if method == "PUT" and _UPLOAD.match(path):
         return limits.upload_bytes, "the archive"
     return limits.request_bytes, "the request body"
-
-
-def bearer_token(scope: Scope) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else None
-    return None
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -41,6 +41,7 @@ from api.deps import (
     JobOwner,
     LedgerWritable,
     ServicesDep,
+    bearer_token,
     resolve_caller,
     tell_position,
 )
@@ -50,7 +51,7 @@ from api.routes.agent import AgentId, require_own_node
 from api.routes.jobs import find_job
 from api.schemas import AGENT_ID_HEADER
 from api.services import Services
-from domain.model import Actor, JobNotRunning, Node, Status, agent, scheduler, user
+from domain.model import Actor, JobNotRunning, Status, agent, scheduler, user
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ def _require_holder(services: Services, node_id: str, agent_id: str, node: str) 
     """Only the agent that holds the node takes its sessions."""
     require_own_node(node, node_id)
     holder = services.state.holder(node_id)
-    if holder is None or holder.agent_id != agent_id or node_id != str(Node.create_id(node)):
+    if holder is None or holder.agent_id != agent_id:
         raise Problem(
             409, "node-taken", "Node held by another agent",
             f"node {node} is not held by this agent; it must not take the node's sessions",
@@ -323,10 +324,7 @@ def _require_holder(services: Services, node_id: str, agent_id: str, node: str) 
 
 async def _caller(websocket: WebSocket, services: Services) -> Caller:
     """The caller of the socket's bearer token, as the HTTP routes find it."""
-    scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-    return await resolve_caller(
-        services.identities, token.strip() if scheme.lower() == "bearer" else None
-    )
+    return await resolve_caller(services.identities, bearer_token(websocket.scope))
 
 
 async def _deny(websocket: WebSocket, problem: Problem) -> None:
