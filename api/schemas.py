@@ -356,6 +356,12 @@ def _secret_value(value: str) -> str:
         raise ValueError("must be valid Unicode text") from None
     if size > values.MAX_SECRET_VALUE:
         raise ValueError(f"is {size} bytes; at most {values.MAX_SECRET_VALUE} are accepted")
+    if len(value) < values.MIN_SECRET_VALUE:
+        raise ValueError(
+            f"is {len(value)} characters; a secret needs at least {values.MIN_SECRET_VALUE} (its "
+            "logs show *** wherever it appears, so a shorter one would hide those characters "
+            "everywhere in them)"
+        )
     return value
 
 
@@ -366,7 +372,7 @@ SecretText = Annotated[str, Field(min_length=1), AfterValidator(_secret_value)]
 class SecretValue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    value: SecretText = Field(description="the secret's value (UTF-8 text, at most 64 KiB)")
+    value: SecretText = Field(description="the secret's value (UTF-8 text, 4 characters to 64 KiB)")
 
 
 class SecretCreate(SecretValue):

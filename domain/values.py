@@ -47,6 +47,9 @@ SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 SECRET_RULE = "1 to 63 letters, digits, '.', '-' and '_', starting with a letter or digit"
 MAX_SECRET_VALUE = 64 * 1024
 """A secret's value, in bytes (UTF-8); values live beside the ledger, never in it."""
+MIN_SECRET_VALUE = 4
+"""A secret's shortest value, in characters: a shorter one, masked in every log of every job
+given it, would hide every occurrence of those characters."""
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 FAILURE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 ADDRESS = re.compile(r"[A-Za-z0-9:.\-\[\]%_]{1,253}")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,3 +119,65 @@ def test_a_job_gets_its_secret_masked_in_its_logs_and_the_value_is_nowhere_else(
 
 def job_id_of(cluster: Cluster, name: str) -> str:
     return str(cluster.inspect(name)["id"])
+
+
+QUIET = """\
+import os, sys, time
+print("loaded a key of", len(os.environ["SA_KEY"]), "bytes:", os.environ["SA_KEY"], flush=True)
+print("marker", sys.argv[1], flush=True)
+time.sleep(300)
+"""
+
+
+def service_account_json() -> str:
+    """A 2,000-byte secret, as a service account's key file is."""
+    head = '{"type": "service_account", "private_key": "'
+    body = (uuid.uuid4().hex * 63)[: 2000 - len(head) - 2]
+    return head + body + '"}'
+
+
+def read_until(stream: Any, needle: str, timeout: float) -> str:
+    """Lines of a running ``logs --follow`` until one holds ``needle`` (or the time is up)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in stream:
+            seen.append(line)
+            if needle in line:
+                found.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    found.wait(timeout)
+    return "".join(seen)
+
+
+def test_a_quiet_job_with_a_long_secret_shows_its_last_line_while_it_runs(
+    fleet: tuple[Cluster, str | None], repo_factory: RepoFactory
+) -> None:
+    cluster, _ = fleet
+    value = service_account_json()
+    assert len(value) == 2000
+    create_secret(cluster, "sa-key", value)
+    name, marker = f"q-{uuid.uuid4().hex[:8]}", f"mk-{uuid.uuid4().hex[:16]}"
+    repo = repo_factory({"quiet.py": QUIET, "requirements.txt": "# nothing\n"})
+    cluster.flexai("training", "run", name, "-u", str(repo), "-S", "SA_KEY=sa-key",
+                   "--", "quiet.py", marker)  # fmt: skip
+    cluster.wait_for(name, {"in progress"})
+    follow = subprocess.Popen([*FLEXAI, "training", "logs", name, "--follow"], env=cluster.env,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        followed = read_until(follow.stdout, f"marker {marker}", timeout=30)
+        assert f"marker {marker}" in followed, followed
+        logs = cluster.flexai("training", "logs", name).stdout
+        assert logs.rstrip("\n").endswith(f"marker {marker}"), logs
+        # The job sleeps on for minutes: it is running while its last line is read.
+        assert cluster.inspect(name)["status"] == "in progress"
+        assert "loaded a key of 2000 bytes: ***" in logs
+        assert value not in logs and value not in followed
+        assert value[:40] not in logs + followed  # not even the start of it
+    finally:
+        cluster.flexai("training", "stop", name)
+        cluster.wait_for(name, {"stopped"})
+        assert follow.wait(timeout=30) == 0

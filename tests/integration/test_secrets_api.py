@@ -76,9 +76,9 @@ def test_creating_a_name_in_use_is_a_409_that_says_to_update_or_delete(api: Api)
     body = assert_problem(api.create("hf-token", "another"), 409, "secret-exists")
     assert "flexai secret create hf-token --update" in body["detail"]
     assert "flexai secret delete hf-token" in body["detail"]
-    replaced = api.client.put("/v1/secrets/hf-token", headers=api.alice, json={"value": "new"})
+    replaced = api.client.put("/v1/secrets/hf-token", headers=api.alice, json={"value": "newer"})
     assert replaced.status_code == 200, replaced.text
-    fresh = api.client.put("/v1/secrets/wandb", headers=api.alice, json={"value": "w"})
+    fresh = api.client.put("/v1/secrets/wandb", headers=api.alice, json={"value": "wandb-key"})
     assert fresh.status_code == 201, fresh.text
 
 
@@ -99,6 +99,7 @@ def test_another_users_secret_is_simply_not_found(api: Api) -> None:
     ({"name": "ok", "value": ""}, "value"),
     ({"name": "ok", "value": VALUE + "\x00"}, "value"),
     ({"name": "ok", "value": VALUE * 3000}, "value"),
+    ({"name": "ok", "value": "abc"}, "at least 4"),
 ])  # fmt: skip
 def test_a_bad_name_or_value_is_a_422_that_never_quotes_the_value(
     api: Api, body: dict[str, str], field: str

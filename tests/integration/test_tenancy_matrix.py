@@ -144,7 +144,7 @@ def call(world: World, caller: str, method: str, path: str) -> Any:
     elif (method, path) == ("POST", "/v1/admin/node-tokens"):
         body = {"node": "node-1"}
     elif path.startswith("/v1/secrets"):
-        body = {"name": "other", "value": "v"} if method == "POST" else {"value": "v"}
+        body = {"name": "other", "value": "v4lue"} if method == "POST" else {"value": "v4lue"}
     elif path.endswith("/debug-sessions"):
         body = {"public_key": "ssh-ed25519 " + "A" * 68, "node_index": 0}
     elif path.endswith("/reports"):

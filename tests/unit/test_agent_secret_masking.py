@@ -65,13 +65,36 @@ def test_masking_does_not_depend_on_where_chunks_are_cut() -> None:
         assert not any(value.encode() in whole for value in values if len(value) > 3)
 
 
-def test_the_mask_holds_back_a_value_less_one_byte_until_the_end() -> None:
+def test_a_quiet_stream_gives_back_everything_that_cannot_begin_a_value() -> None:
     mask = SecretMask([TOKEN])
-    data = b"0123456789" + TOKEN[:5].encode()
-    given = mask.feed(data)
-    assert given == data[: len(data) - (len(TOKEN) - 1)]
-    assert mask.held == len(TOKEN) - 1
-    assert given + mask.feed(b"", final=True) == data
+    line = b"marker mk-1234567890abcdef\n"
+    assert mask.feed(line) == line and mask.held == 0
+    assert mask.feed(b"loss 0.1 " + TOKEN[:5].encode()) == b"loss 0.1 "
+    assert mask.held == 5  # they begin the value: they wait for what comes next
+    assert mask.feed(b"!\n") == TOKEN[:5].encode() + b"!\n"
+
+
+def test_only_the_longest_open_prefix_is_held_even_for_a_long_value() -> None:
+    value = "kkkk-" + "x" * 1995  # a 2,000-byte secret, as a service account's JSON
+    mask = SecretMask([value])
+    assert mask.feed(b"step 1\n") == b"step 1\n"  # not 1,999 bytes held: none could begin it
+    assert mask.feed(b"kkk") == b"" and mask.held == 3
+    assert mask.feed(b"k-") == b"" and mask.held == 5
+    assert mask.feed(b"kk") == b"kkkk-" and mask.held == 2  # "kk" could begin it again
+    assert mask.feed(b"\n") == b"kk\n" and mask.held == 0
+
+
+def test_a_whole_value_that_could_still_grow_into_a_longer_one_waits() -> None:
+    mask = SecretMask(["abc", "abcdef"])
+    assert mask.feed(b"x abc") == b"x " and mask.held == 3
+    assert mask.feed(b"de") == b"" and mask.held == 5
+    assert mask.feed(b"!") == b"***de!"
+
+
+def test_a_value_that_ends_where_another_could_begin_is_masked_at_once() -> None:
+    mask = SecretMask(["xyz", "zq"])
+    assert mask.feed(b"xyz") == b"***" and mask.held == 0
+    assert mask.feed(b"zq") == b"***"
 
 
 # -- the shipper ------------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def test_on_a_terminal_the_value_is_asked_twice_without_echo(
     (b"\n", "is empty"),
     (b"\xff\xfe", "UTF-8"),
     (b"a\x00b", "NUL"),
+    (b"abc\n", "is 3 characters; a secret needs at least 4"),
+    ("ü€😀".encode(), "is 3 characters"),  # characters, not bytes
 ])  # fmt: skip
 def test_a_value_that_cannot_be_stored_is_refused_before_anything_is_sent(
     sent: list[tuple[str, str, bool]], monkeypatch: pytest.MonkeyPatch,

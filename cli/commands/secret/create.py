@@ -16,6 +16,8 @@ from cli.commands.secret import add_secret_name
 from cli.errors import CliError
 
 MAX_VALUE_BYTES = 64 * 1024
+MIN_SECRET_VALUE = 4
+"""Characters: jobs' logs show *** for a value, and a shorter one would hide too much."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,12 @@ def read_value(name: str) -> str:
         raise CliError("the value holds a NUL byte, which an environment variable cannot hold")
     if len(value.encode(errors="surrogatepass")) > MAX_VALUE_BYTES:
         raise CliError(f"the value is larger than {MAX_VALUE_BYTES} bytes; nothing was stored")
+    if len(value) < MIN_SECRET_VALUE:
+        raise CliError(
+            f"the value of secret {name} is {len(value)} characters; a secret needs at least "
+            f"{MIN_SECRET_VALUE}: jobs' logs show *** wherever it appears, so a shorter one "
+            "would hide those characters everywhere in them. Nothing was stored"
+        )
     return value
 
 
