@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,7 +37,8 @@ STOP_SLICE_S = 0.25
 """The longest a follower waiting for a notification takes to see that it is to stop."""
 
 Listener = Callable[[Sequence[Any]], None]
-"""Told of each batch of domain events once it is committed to the views."""
+"""Told of each batch of domain events once it is committed to the views, by this process or
+by another replica sharing them (each event once per process, in ledger order)."""
 
 
 class Notifications(Protocol):
@@ -103,6 +104,8 @@ class Projector:
         self._poll_s = 1.0
         self.followed: list[Callable[[], None]] = []
         """Called when the background follower found events (written by another replica)."""
+        self._heard: int | None = None
+        """The last ledger position whose event this process told its listeners of."""
         with database.transaction(write=True) as cursor:
             self._rebuild_if_reshaped(cursor)
             create_tables(cursor)
@@ -173,6 +176,7 @@ class Projector:
             if self.halted is not None:
                 raise ProjectionHalted(self.halted)
             position = self.position()
+            self._hear_until(position)  # what other replicas applied to the shared views
             while True:
                 notifications = self.app.recorder.select_notifications(
                     start=position + 1, limit=BATCH
@@ -187,7 +191,7 @@ class Projector:
                     raise ProjectionHalted(found.poison) from None
 
     def _apply_batch(self, notifications: Sequence[Any]) -> int:
-        applied: list[Any] = []
+        applied: dict[int, Any] = {}
         with self.database.transaction(write=True) as cursor:
             position = self._read_position(cursor, lock=True)
             for index, notification in enumerate(notifications):
@@ -196,14 +200,62 @@ class Projector:
                 if notification.id in self.skip:
                     log.warning("views: skipping ledger position %d as told", notification.id)
                 else:
-                    applied.append(self._apply_one(cursor, index, notification))
+                    applied[notification.id] = self._apply_one(cursor, index, notification)
                 position = notification.id
             cursor.execute(
                 "UPDATE projection_tracking SET position = ? WHERE name = ?",
                 (position, self.name),
             )
-        self._tell(applied)
+        self._hear_until(position, notifications, applied)
         return position
+
+    def _hear_until(
+        self, position: int, fetched: Sequence[Any] = (), applied: Mapping[int, Any] = {}
+    ) -> None:
+        """Tell the listeners, in order and once each in this process, of every event up to
+        ``position``: those this process applied (``applied``, from ``fetched``) and those
+        another replica applied to the views they share, which this process must hear of all
+        the same (its followers and waiting agents are its own)."""
+        heard = self._heard
+        if heard is None:  # the first catch-up: nobody here waits on the events before it
+            self._heard = position
+            return
+        if position <= heard:
+            return
+        # ``fetched`` holds every notification between its first and its last; the rest of
+        # the range is read (a replica that applied them first took them off this one).
+        first, last = (fetched[0].id, fetched[-1].id) if fetched else (position + 1, position)
+        notifications = [*self._notifications_between(heard, min(first - 1, position)),
+                         *(n for n in fetched if heard < n.id <= position),
+                         *self._notifications_between(max(heard, last), position)]  # fmt: skip
+        events = []
+        for notification in notifications:
+            if notification.id in self.skip:
+                continue
+            domain_event = applied.get(notification.id)
+            if domain_event is None:
+                try:
+                    domain_event = self.app.mapper.to_domain_event(notification)
+                except Exception as error:  # the views passed over it; so do the listeners
+                    log.warning("views: listeners not told of ledger position %d: %s",
+                                notification.id, error)  # fmt: skip
+                    continue
+            events.append(domain_event)
+        self._heard = position
+        if events:
+            self._tell(events)
+
+    def _notifications_between(self, after: int, last: int) -> list[Any]:
+        """The ledger's notifications from ``after`` (excluded) to ``last`` (included)."""
+        found: list[Any] = []
+        while after < last:
+            batch = self.app.recorder.select_notifications(start=after + 1, limit=BATCH,
+                                                           stop=last)  # fmt: skip
+            if not batch:
+                break
+            found += batch
+            after = batch[-1].id
+        return found
 
     def _apply_one(self, cursor: Cursor, index: int, notification: Any) -> Any:
         try:
@@ -281,8 +333,9 @@ class Projector:
 
     def _follow_once(self) -> None:
         try:
-            before = self.position()
-            if self.catch_up() > before:
+            before = self._heard
+            self.catch_up()
+            if self._heard != before:
                 for hook in self.followed:
                     hook()
         except ProjectionHalted:

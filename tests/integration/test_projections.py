@@ -278,3 +278,69 @@ def test_two_replicas_catching_up_at_once_apply_each_event_exactly_once(
             document = queries.job(str(job_id))
             assert document is not None
             assert [entry["event"] for entry in document["history"]] == ledger
+
+
+def heard_by(projector: Projector) -> list[tuple[str, int]]:
+    """What the projector's listeners are told, as (job or node id, version), in order."""
+    heard: list[tuple[str, int]] = []
+    projector.listeners.append(
+        lambda events: heard.extend((str(e.originator_id), e.originator_version) for e in events)
+    )
+    return heard
+
+
+def ledger_after(app: TrainingJobs, position: int) -> list[tuple[str, int]]:
+    return [(str(n.originator_id), n.originator_version)
+            for n in app.recorder.select_notifications(start=position + 1, limit=100_000)]
+
+
+def test_a_replica_hears_of_events_another_replica_applied_to_the_shared_views(
+    lifecycle: Lifecycle,
+    open_app: Callable[[], TrainingJobs],
+    open_views: Callable[[TrainingJobs], Replica],
+) -> None:
+    (first, _), (second, _) = open_views(open_app()), open_views(open_app())
+    heard = heard_by(second)
+    first.catch_up(), second.catch_up()
+    heard.clear()
+    start = lifecycle.app.recorder.max_notification_id() or 0
+    job_id = lifecycle.succeeded("ends-elsewhere")
+    first.catch_up()  # the other replica applies every event to the views first
+    assert second.catch_up() == first.position()
+    # ... and this one's listeners (its log followers, its waiting agents) hear of them.
+    assert heard == ledger_after(lifecycle.app, start)
+    assert (str(job_id), len(lifecycle.app.history(job_id))) in heard
+    second.catch_up()
+    assert heard == ledger_after(lifecycle.app, start)  # once each
+
+
+def test_racing_replicas_each_hear_every_event_once_in_ledger_order(
+    lifecycle: Lifecycle,
+    open_app: Callable[[], TrainingJobs],
+    open_views: Callable[[TrainingJobs], Replica],
+) -> None:
+    replicas = [open_views(open_app())[0] for _ in range(2)]
+    heard = [heard_by(projector) for projector in replicas]
+    for projector, theirs in zip(replicas, heard, strict=True):
+        projector.catch_up()
+        theirs.clear()
+    start = lifecycle.app.recorder.max_notification_id() or 0
+    stop = threading.Event()
+
+    def follow(projector: Projector) -> None:
+        while not stop.is_set():
+            projector.catch_up()
+
+    threads = [threading.Thread(target=follow, args=(p,)) for p in replicas]
+    for thread in threads:
+        thread.start()
+    for n in range(40):
+        lifecycle.succeeded(f"race-{n}")
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    for projector in replicas:
+        projector.catch_up()
+    expected = ledger_after(lifecycle.app, start)
+    assert len(expected) > BATCH
+    assert heard[0] == expected and heard[1] == expected
