@@ -11,6 +11,7 @@ from api import problems
 from api.deps import ReadAfter
 from api.limits import BodyLimits
 from api.metrics import RequestMetrics
+from api.orphaned_sessions import close_at_start
 from api.request_text import CleanRequestText
 from api.routes import (
     admin,
@@ -37,15 +38,14 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         with suppress(ProjectionHalted):  # the server starts anyway: health and metrics say why
             services.projector.catch_up()
+        close_at_start(services)  # the debug sessions of servers killed meanwhile
         if background:
             services.projector.start(services.settings.projection_interval_s)
             scheduler.start()
         try:
             yield
         finally:
-            services.log_followers.close_all()
-            services.assignment_waiters.close_all()
-            debug.close_all(services)
+            end_long_requests(services)
             await debug.settle()
             scheduler.stop()
             services.projector.stop()
@@ -76,3 +76,11 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.add_middleware(CleanRequestText)  # before the token: a path no route could hold
     app.add_middleware(RequestMetrics, metrics=services.metrics)  # outermost: times it all
     return app
+
+
+def end_long_requests(services: Services) -> None:
+    """The server stops (on its event loop): every `logs --follow` stream, agents' long poll
+    and debug session ends now, and their end is recorded (:func:`debug.settle` waits)."""
+    services.log_followers.close_all()
+    services.assignment_waiters.close_all()
+    debug.close_all(services)

@@ -141,10 +141,11 @@ class DebugSessions:
             event.set()
         return True
 
-    def close_all(self) -> list[DebugSession]:
-        """The server stops: every session ends; returns those that were open."""
+    def close_all(self, reason: str) -> list[DebugSession]:
+        """The server stops: every session ends and every agent's long poll answers; returns
+        the sessions that were open."""
         self.closing = True
-        ended = [s for s in list(self._sessions.values()) if self.close(s, "the server stopped")]
+        ended = [s for s in list(self._sessions.values()) if self.close(s, reason)]
         for node_id in list(self._waiters):
             self._wake(node_id)
         return ended

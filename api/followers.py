@@ -83,9 +83,7 @@ class LogFollowers:
 
     @asynccontextmanager
     async def follow(self, job_id: str) -> AsyncIterator[Follower]:
-        if self.closing:
-            raise TooManyFollowers(0)
-        with self._lock:
+        with self._lock:  # while the server stops too: the stream sends what there is, then ends
             if self._count >= self.limit:
                 raise TooManyFollowers(self.limit)
             self._loop = asyncio.get_running_loop()

@@ -27,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 from api.leadership import RETRY_S, LeaderLock
+from api.orphaned_sessions import OrphanSweep
 from api.services import Services
 from cli.durations import human_duration
 from domain.model import DomainError, Status
@@ -50,6 +51,8 @@ class Scheduler:
         self._deadlines_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.orphans = OrphanSweep(services)
+        """Closes the debug sessions of servers that died (every few seconds)."""
 
     def run_once(self) -> None:
         services = self.services
@@ -69,6 +72,7 @@ class Scheduler:
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
             self._end_overdue()
+        self.orphans.run_if_due()
         services.projector.catch_up()
 
     # -- placing ----------------------------------------------------------------------------

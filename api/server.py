@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -94,6 +96,13 @@ def _quiet_exit_server(config: Any) -> Any:
     import uvicorn
 
     class Server(uvicorn.Server):
+        loop: asyncio.AbstractEventLoop | None = None
+        """Where the requests run (known once the server starts)."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()
+            await super().startup(sockets)
+
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
             if threading.current_thread() is not threading.main_thread():
@@ -110,14 +119,21 @@ def _quiet_exit_server(config: Any) -> Any:
     return Server(config)
 
 
-def _ending_follow_streams(server: Any, services: Any) -> None:
-    """On SIGTERM, end every `logs --follow` stream and agents' long poll at once, so that the
-    graceful shutdown does not wait for them (their clients resume at their offset)."""
+def _ending_long_requests(server: Any, services: Any) -> None:
+    """On SIGTERM, end at once every `logs --follow` stream, agents' long polls (assignments
+    and debug-session offers) and debug session, so that the graceful shutdown finds no
+    request to wait for (followers and agents resume at their offset once a server answers).
+
+    The handler only asks the event loop to end them: it may interrupt the loop's own thread
+    inside a lock that ending them takes."""
+    from api.app import end_long_requests
+
     handle_exit = server.handle_exit
 
     def handle_exit_and_end_streams(sig: int, frame: Any) -> None:
-        services.log_followers.close_all()
-        services.assignment_waiters.close_all()
+        loop = server.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(end_long_requests, services)
         handle_exit(sig, frame)
 
     server.handle_exit = handle_exit_and_end_streams
@@ -213,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=3,
     )  # fmt: skip
     server = _quiet_exit_server(config)
-    _ending_follow_streams(server, services)
+    _ending_long_requests(server, services)
     try:
         server.run()
     finally:

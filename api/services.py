@@ -14,6 +14,7 @@ from api.identity import Identities
 from api.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.ledger_format import check_ledger_format
 from api.metrics import ServerMetrics
+from api.presence import FilePresence, LocalPresence, PostgresPresence, Presence
 from api.secret_store import SecretStore, open_secret_store
 from api.settings import Settings
 from api.state import OperationalState
@@ -51,6 +52,9 @@ class Services:
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     debug_sessions: DebugSessions = field(default_factory=DebugSessions)
     """Live `debug-ssh` sessions and their relays (this process's only)."""
+    presence: Presence = field(default_factory=LocalPresence)
+    """This server process's instance id, and whether other servers' are alive (see
+    :mod:`api.presence`): debug sessions name the server that relays them."""
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
     leader_lock: LeaderLock = field(default_factory=AlwaysLeader)
     """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
@@ -62,6 +66,7 @@ class Services:
     """Rebuilds the views from the ledger (``flexai admin rebuild-projections``)."""
 
     def close(self) -> None:
+        self.presence.release()
         self.projector.stop()
         self.jobs.close()
         self.database.close()
@@ -85,6 +90,7 @@ def build_services(settings: Settings) -> Services:
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
     scheduler_wakeup = threading.Event()
     leader_lock: LeaderLock
+    presence: Presence
     identities = Identities(database)
     if isinstance(database, PostgresDatabase):
         # Replicas may share this database: views follow the ledger by LISTEN/NOTIFY (and a
@@ -98,9 +104,11 @@ def build_services(settings: Settings) -> Services:
         projector.follow_by(listener, poll_s=LEDGER_POLL_S)
         projector.followed.append(scheduler_wakeup.set)
         leader_lock = PostgresLeaderLock(database.dedicated_connection)
+        presence = PostgresPresence(database.dedicated_connection)
     else:
         sqlite_file = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
         leader_lock = FileLeaderLock(sqlite_file.with_name(sqlite_file.name + ".scheduler-lock"))
+        presence = FilePresence(sqlite_file.with_name(sqlite_file.name + ".servers"))
     return Services(
         settings=settings,
         jobs=jobs,
@@ -116,5 +124,6 @@ def build_services(settings: Settings) -> Services:
         secrets=open_secret_store(database, settings.data_dir),
         scheduler_wakeup=scheduler_wakeup,
         leader_lock=leader_lock,
+        presence=presence,
         rebuilder=Rebuilder(jobs, projector, database),
     )

@@ -164,7 +164,7 @@ class ApiClient:
                         failures = 0
                         offset += len(chunk)
                         yield chunk
-                if not follow or self.get_job(name)["status"] in TERMINAL_STATUSES:
+                if not follow or self._status(name) in TERMINAL_STATUSES:
                     return
                 # the server ended the stream early (it restarts): resume where we are
                 time.sleep(RETRY_DELAY)
@@ -177,6 +177,12 @@ class ApiClient:
                 if not follow or failures > FOLLOW_RETRIES:
                     raise self._transport_error(error) from error
                 time.sleep(RETRY_DELAY)
+
+    def _status(self, name: str) -> str:
+        """The job's status; a transport failure is raised as is (a follower retries it)."""
+        response = self._http.get(f"/v1/jobs/{_segment(name)}")
+        self._raise_for_problem(response)
+        return str(response.json()["status"])
 
     # --- debug sessions ------------------------------------------------------------------
 

@@ -248,12 +248,15 @@ class TrainingJobs(Application[UUID]):
         return PastJob(job, events[version - 1], latest, created_at)
 
     def open_debug_session(
-        self, job_id: UUID, session_id: str, node_index: int, key_fingerprint: str, by: Actor
-    ) -> Outcome:
-        """Record a debug session into the running job (``DebugSessionOpened``)."""
+        self, job_id: UUID, session_id: str, node_index: int, key_fingerprint: str, by: Actor,
+        relay: str | None = None,
+    ) -> Outcome:  # fmt: skip
+        """Record a debug session into the running job (``DebugSessionOpened``), relayed by
+        the server process ``relay``."""
         return self._command(
             job_id,
-            lambda job: job.open_debug_session(session_id, node_index, key_fingerprint, by=by),
+            lambda job: job.open_debug_session(session_id, node_index, key_fingerprint, by=by,
+                                               relay=relay),  # fmt: skip
         )
 
     def close_debug_session(

@@ -455,9 +455,11 @@ class TrainingJob(Aggregate):
         return set(getattr(self, "debug_sessions", ()))  # jobs folded before they existed
 
     def open_debug_session(
-        self, session_id: str, node_index: int, key_fingerprint: str, by: Actor
-    ) -> None:
-        """A user opens an SSH session into the running job on its node ``node_index``."""
+        self, session_id: str, node_index: int, key_fingerprint: str, by: Actor,
+        relay: str | None = None,
+    ) -> None:  # fmt: skip
+        """A user opens an SSH session into the running job on its node ``node_index``,
+        its bytes relayed by the server process whose instance id is ``relay``."""
         if self.deleted:
             raise JobDeleted(self.name)
         if self.status != Status.IN_PROGRESS:
@@ -465,11 +467,13 @@ class TrainingJob(Aggregate):
         _checked(values.check_pattern, session_id, "session_id", SESSION_ID, SESSION_ID_RULE)
         _checked(values.check_text, key_fingerprint, "key_fingerprint",
                  max_length=values.MAX_LABEL)  # fmt: skip
+        _checked(values.check_optional, relay, "relay", values.MAX_LABEL)
         if session_id in self.open_debug_sessions:
             raise DomainError(f"debug session {session_id} of job '{self.name}' is open already")
         node = self._placement(node_index)["node_name"]
         self._debug_session_opened(session_id=session_id, node=node, node_index=node_index,
-                                   key_fingerprint=key_fingerprint, by=by)  # fmt: skip
+                                   key_fingerprint=key_fingerprint, by=by,
+                                   relay=relay)  # fmt: skip
 
     def close_debug_session(self, session_id: str, reason: str, seconds: float, by: Actor) -> bool:
         """The session ended (``seconds`` after it opened); False when it is closed already."""
@@ -625,9 +629,11 @@ class TrainingJob(Aggregate):
     def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
         self.checkpoint_ids.add(checkpoint["id"])
 
+    # ``relay``: the events stored before it existed have none, and load with None.
     @event("DebugSessionOpened")
     def _debug_session_opened(self, session_id: str, node: str, node_index: int,
-                              key_fingerprint: str, by: Actor) -> None:  # fmt: skip
+                              key_fingerprint: str, by: Actor,
+                              relay: str | None = None) -> None:  # fmt: skip
         self.debug_sessions = {*getattr(self, "debug_sessions", ()), session_id}
 
     @event("DebugSessionClosed")

@@ -270,6 +270,8 @@ class Agent:
             try:
                 again = task() is True and at_once
             except Exception as error:  # each task outlives its own errors
+                if self._shutdown.is_set():
+                    return  # a call the shutdown cut short is no failure to report
                 message = str(error) or type(error).__name__
                 if message != failing and isinstance(error, ApiError | ApiUnavailable | OSError):
                     log.warning("%s failed: %s", name, message)

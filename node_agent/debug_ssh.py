@@ -241,11 +241,15 @@ class DebugSessions:
         asyncio.run(self._main())
 
     async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
         failing = ""
         while not self._stopping.is_set():
+            asked = loop.time()
             try:
                 offers = await self._poll()
             except Exception as error:  # the poll outlives its errors, as the agent's do
+                if self._stopping.is_set():
+                    break  # a poll the shutdown cut short is no failure to report
                 message = str(error) or type(error).__name__
                 if message != failing:
                     log.warning("debug sessions poll failed: %s", message)
@@ -261,6 +265,8 @@ class DebugSessions:
                 task.add_done_callback(self._tasks.discard)
             if offers and not fresh:  # taken, not yet connected: the server lists them still
                 await asyncio.sleep(0.2)
+            elif not offers and loop.time() - asked < self.long_poll / 2:
+                await asyncio.sleep(self.retry_pause)  # a server that stops answers at once
         for task in list(self._tasks):
             task.cancel()
 

@@ -221,6 +221,15 @@ class Queries:
     def node_exists(self, node_id: str) -> bool:
         return self._one("SELECT id FROM nodes WHERE id = ?", (node_id,)) is not None
 
+    def open_debug_sessions(self) -> list[Row]:
+        """The debug sessions the ledger holds open, each with its relay (the server process
+        that relays it, if recorded) and its job's status and end."""
+        return self._all(
+            "SELECT s.job_id, s.id, s.relay, s.opened_at, l.status, l.ended_at "
+            "FROM debug_sessions s LEFT JOIN job_list l ON l.id = s.job_id "
+            "WHERE s.closed_at IS NULL ORDER BY s.opened_at, s.id"
+        )
+
     # -- datasets -------------------------------------------------------------------------
 
     def datasets(self, owner: str) -> list[Row]:

@@ -10,6 +10,11 @@ from typing import Any
 from domain.model import EVENT_STATUS, TERMINAL, Status, event_facts, event_name
 from projections.datasets import DATASET_SCHEMA, apply_dataset_event
 from projections.db import Cursor
+from projections.debug_sessions import (
+    DEBUG_SESSION_EVENTS,
+    DEBUG_SESSION_SCHEMA,
+    apply_debug_session_event,
+)
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS projection_tracking (
@@ -53,10 +58,11 @@ SCHEMA = [
         PRIMARY KEY (job_id, node_index))""",
     "CREATE INDEX IF NOT EXISTS job_nodes_node ON job_nodes (node_id, status)",
     *DATASET_SCHEMA,
+    *DEBUG_SESSION_SCHEMA,
 ]
 VIEW_TABLES = ("job_list", "job_details", "checkpoints", "nodes", "job_nodes", "datasets",
-               "dataset_versions")
-VIEWS_VERSION = 2
+               "dataset_versions", "debug_sessions")
+VIEWS_VERSION = 3
 """Raised whenever a view table changes shape: the views are then rebuilt from the ledger."""
 
 
@@ -117,6 +123,8 @@ def _apply_job_event(cursor: Cursor, domain_event: Any, position: int) -> None:
     _fold(document, name, domain_event, at)
     if name == "CheckpointRecorded":
         _insert_checkpoint(cursor, document, domain_event.checkpoint, at, position)
+    elif name in DEBUG_SESSION_EVENTS:
+        apply_debug_session_event(cursor, name, domain_event, position)
     _write(cursor, document, position)
 
 

@@ -15,7 +15,7 @@ from contextlib import suppress
 from typing import Annotated
 from uuid import UUID, uuid4
 
-from fastapi import APIRouter, Depends, Header, Query, Response, WebSocket
+from fastapi import APIRouter, Depends, Header, Query, Response, WebSocket, WebSocketDisconnect
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
@@ -27,6 +27,7 @@ from api.debug_schemas import (
     DebugSessionPublic,
 )
 from api.debug_sessions import (
+    CLOSED,
     CONNECT_TIMEOUT_S,
     READY,
     TAKE_TIMEOUT_S,
@@ -59,6 +60,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["debug sessions"])
 agent_router = APIRouter(prefix="/v1/agent", tags=["agents"])
 MAX_WAIT_S = 30.0
 HELLO_TIMEOUT_S = 10.0
+STOPPED = "the control plane stopped"
 _tasks: set[asyncio.Future[None]] = set()  # the sessions' timers, held until they end
 
 SessionId = Annotated[str, Query(max_length=64)]
@@ -108,10 +110,11 @@ async def open_debug_session(
         raise Problem(422, "invalid-request", "Invalid public key", f"public_key {error}",
                       field="public_key") from None  # fmt: skip
     session_id = uuid4().hex
+    await run_in_threadpool(services.presence.hold)  # the session names this server its relay
     try:
         outcome = await run_in_threadpool(
             services.jobs.open_debug_session, UUID(document["id"]), session_id,
-            body.node_index, fingerprint, user(me),
+            body.node_index, fingerprint, user(me), services.presence.instance_id,
         )  # fmt: skip
     except JobNotRunning as refused:
         raise _not_running(name, refused.status) from None
@@ -238,12 +241,14 @@ async def debug_agent_stream(
     try:
         async with asyncio.timeout(HELLO_TIMEOUT_S):
             hello = DebugSessionHello.model_validate(await websocket.receive_json())
-    except (TimeoutError, ValidationError, ValueError, KeyError, RuntimeError):
+    except (TimeoutError, ValidationError, ValueError, KeyError, RuntimeError,
+            WebSocketDisconnect):  # fmt: skip
         hello = DebugSessionHello(refused="the node's agent did not say its host key")
-    if hello.host_key is None or hello.refused:
-        await websocket.close()
+    if hello.host_key is None or hello.refused or session.state == CLOSED:
+        with suppress(RuntimeError, WebSocketDisconnect):  # the agent (or the server) went away
+            await websocket.close()
         reason = f"node {session.node_name} refused: {hello.refused or 'no host key'}"
-        await end_session(services, session, reason, agent(session.node_name))
+        await end_session(services, session, reason, agent(session.node_name))  # if still open
         return
     services.debug_sessions.take(session, websocket, hello.host_key)
     await session.closed.wait()  # the relay reads and closes this socket from now on
@@ -287,12 +292,11 @@ async def settle(timeout: float = 5.0) -> None:
 
 
 def close_all(services: Services) -> None:
-    """The server stops: every open session ends, and its end is recorded."""
-    for session in services.debug_sessions.close_all():
-        with suppress(Exception):  # stopping anyway: the ledger keeps its opening
-            services.jobs.close_debug_session(UUID(session.job_id), session.id,
-                                              "the control plane stopped", session.seconds,
-                                              scheduler())  # fmt: skip
+    """The server stops (on its event loop): every open session ends, its relay with it, and
+    every agent's long poll answers; the ends are recorded in the background (see
+    :func:`settle`)."""
+    for session in services.debug_sessions.close_all(STOPPED):
+        _keep(asyncio.ensure_future(_record_end(services, session, STOPPED, scheduler())))
 
 
 async def _expire(services: Services, session: DebugSession) -> None:

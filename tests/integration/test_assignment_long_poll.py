@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.app import create_app, end_long_requests
 from api.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
@@ -113,3 +113,17 @@ def test_another_nodes_job_does_not_wake_the_node(api: Api) -> None:
     body, took = waiting.result(timeout=30)
     assert body == empty
     assert took >= 1.4
+
+
+def test_a_stopping_server_answers_a_waiting_agent_at_once_and_every_later_poll_too(
+    api: Api,
+) -> None:
+    empty, _ = api.poll()
+    waiting = api.poll_in_background(wait=25, since=empty["etag"])
+    assert api.client.portal is not None  # the event loop the requests run on
+    api.client.portal.call(end_long_requests, api.services)  # what SIGTERM does
+    body, took = waiting.result(timeout=30)
+    assert body == empty
+    assert took < 2  # far under the 25 s it would have waited
+    _, again = api.poll(wait=25, since=empty["etag"])
+    assert again < 2

@@ -12,6 +12,8 @@ from domain.model import JobNotRunning, agent, event_facts, event_name, user
 from tests.integration.conftest import Lifecycle
 
 FINGERPRINT = "SHA256:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"
+RELAY = "0123456789abcdef0123456789abcdef"
+"""The instance id of the server process that relays the session."""
 
 
 def session_id(number: int) -> str:
@@ -22,7 +24,8 @@ def test_a_session_is_recorded_opened_then_closed_and_the_job_runs_on(
     app: TrainingJobs, lifecycle: Lifecycle
 ) -> None:
     job_id = lifecycle.in_progress("debugged")
-    app.open_debug_session(job_id, session_id(1), 0, FINGERPRINT, by=user("alice"))
+    app.open_debug_session(job_id, session_id(1), 0, FINGERPRINT, by=user("alice"),
+                           relay=RELAY)  # fmt: skip
     closed = app.close_debug_session(job_id, session_id(1), "the SSH client disconnected", 12.5,
                                      by=user("alice"))  # fmt: skip
     again = app.close_debug_session(job_id, session_id(1), "again", 13.0, by=user("alice"))
@@ -32,7 +35,8 @@ def test_a_session_is_recorded_opened_then_closed_and_the_job_runs_on(
     opened, ended = events[-2], events[-1]
     assert event_name(opened) == "DebugSessionOpened"
     assert event_facts(opened) == {"session_id": session_id(1), "node": "gpu-node-1",
-                                   "node_index": 0, "key_fingerprint": FINGERPRINT}  # fmt: skip
+                                   "node_index": 0, "key_fingerprint": FINGERPRINT,
+                                   "relay": RELAY}  # fmt: skip
     assert opened.by == user("alice")  # type: ignore[attr-defined]
     assert event_name(ended) == "DebugSessionClosed"
     assert event_facts(ended) == {"session_id": session_id(1),

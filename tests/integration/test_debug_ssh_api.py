@@ -3,8 +3,10 @@ user's WebSocket and the agent's, recorded in the job's history."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,10 @@ import asyncssh
 import pytest
 from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
+from starlette.websockets import WebSocketDisconnect
 
-from api.app import create_app
+from api.app import create_app, end_long_requests
+from api.routes import debug
 from api.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
@@ -141,6 +145,7 @@ def test_the_relay_passes_bytes_both_ways_and_the_history_records_the_session(ap
     assert events["DebugSessionOpened"]["facts"]["session_id"] == session["id"]
     assert events["DebugSessionOpened"]["by"] == {"kind": "user", "id": "alice"}
     assert events["DebugSessionOpened"]["facts"]["node"] == "gpu-1"
+    assert events["DebugSessionOpened"]["facts"]["relay"] == api.services.presence.instance_id
     assert events["DebugSessionClosed"]["facts"]["reason"] == closed["reason"]
     verified = api.client.post("/v1/admin/verify", headers=api.admin, json={}).json()
     assert verified["ok"], verified  # the chain and the views agree with the sessions' events
@@ -156,3 +161,43 @@ def test_a_session_the_node_refuses_ends_with_its_reason(api: Api) -> None:
                             headers=api.alice, params={"wait": 5}).json()  # fmt: skip
     assert answer["state"] == "closed"
     assert "the job is not running on this node" in answer["reason"]
+
+
+def test_a_stopping_server_answers_the_agents_offers_poll_and_ends_a_relay_with_its_reason(
+    api: Api,
+) -> None:
+    api.job("stopping")
+    session = api.open("stopping", api.alice).json()
+    path = f"/v1/jobs/stopping/debug-sessions/{session['id']}"
+    offers: Future[tuple[dict[str, Any], float]] = Future()
+
+    def poll() -> None:
+        started = time.monotonic()
+        answer = api.client.get(f"/v1/agent/nodes/{api.node_id}/debug-sessions",
+                                headers=api.node, params={"wait": 30})  # fmt: skip
+        offers.set_result((answer.json(), time.monotonic() - started))
+
+    with api.client.websocket_connect(f"/v1/agent/debug-sessions/{session['id']}",
+                                      headers=api.node) as agent:  # fmt: skip
+        agent.send_json({"host_key": HOST_KEY})
+        ready = api.client.get(path, headers=api.alice, params={"wait": 5}).json()
+        assert ready["state"] == "ready"
+        with api.client.websocket_connect(f"{path}/stream", headers=api.alice) as user:
+            user.send_bytes(b"SSH-2.0-client\r\n")
+            assert agent.receive_bytes() == b"SSH-2.0-client\r\n"
+            threading.Thread(target=poll, daemon=True).start()
+            time.sleep(0.3)  # the poll is held by now: no session waits for the node
+            assert not offers.done()
+            assert api.client.portal is not None  # the event loop the requests run on
+            api.client.portal.call(end_long_requests, api.services)  # what SIGTERM does
+            body, took = offers.result(timeout=5)
+            with pytest.raises(WebSocketDisconnect):
+                user.receive_bytes()
+    assert body == {"sessions": []}
+    assert took < 2
+    assert api.client.get(path, headers=api.alice).json()["reason"] == "the control plane stopped"
+    api.client.portal.call(debug.settle)
+    history = api.client.get("/v1/jobs/stopping", headers=api.alice).json()["history"]
+    closed = [entry for entry in history if entry["event"] == "DebugSessionClosed"]
+    assert [entry["facts"]["reason"] for entry in closed] == ["the control plane stopped"]
+    assert closed[0]["by"] == {"kind": "scheduler", "id": "scheduler"}

@@ -15,7 +15,7 @@ import asyncssh
 import pytest
 
 from node_agent.debug_shell import JobShell, run_process
-from node_agent.debug_ssh import JobSSHServer, environ_of
+from node_agent.debug_ssh import DebugSessions, JobSSHServer, environ_of
 
 
 def job_shell(tmp_path: Path, running: Callable[[], bool] = lambda: True) -> JobShell:
@@ -161,3 +161,26 @@ def test_the_environment_of_a_job_found_running_is_read_from_its_process() -> No
         child.kill()
         child.wait()
     assert environ_of(child.pid) is None
+
+
+class StoppingServer:
+    """A control plane that stops: it answers every offers poll at once, with nothing."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def debug_session_offers(self, node_id: str, wait: float = 0.0) -> list[dict[str, Any]]:
+        self.polls += 1
+        return []
+
+
+def test_an_offers_poll_answered_at_once_with_nothing_is_asked_again_after_a_pause() -> None:
+    server = StoppingServer()
+    sessions = DebugSessions(
+        server,  # type: ignore[arg-type]
+        lambda: "node-1", lambda job_id, index: None, long_poll=20, retry_pause=0.2,
+    )  # fmt: skip
+    sessions.start()
+    time.sleep(0.5)
+    sessions.stop()
+    assert 1 <= server.polls <= 4  # not a poll every few microseconds

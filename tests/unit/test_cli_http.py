@@ -401,6 +401,32 @@ def test_following_logs_resumes_when_the_server_ends_the_stream_of_a_running_job
     assert [s.query["offset"] for s in plane.seen if s.path.endswith("/logs")] == [["0"], ["7"]]
 
 
+def test_following_logs_outlives_a_server_that_goes_away_just_after_ending_the_stream(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """A stopping server ends its follow streams, then stops answering: the status check that
+    follows fails like a dropped stream, and is retried, not reported as an error."""
+
+    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        send(handler, 200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else
+             b"line 2\n")  # fmt: skip
+
+    statuses = iter(["in progress", None, "succeeded"])  # the first: how many nodes it has
+
+    def job(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        status = next(statuses)
+        if status is None:  # gone: the connection closes with no answer
+            handler.close_connection = True
+            return
+        send(handler, 200, "application/json", json.dumps({"status": status}).encode())
+
+    plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
+    plane.routes[("GET", "/v1/jobs/my-job")] = job
+    assert main(["training", "logs", "my-job", "--follow"]) == 0
+    assert capsysbinary.readouterr().out == b"line 1\nline 2\n"
+    assert [s.query["offset"] for s in plane.seen if s.path.endswith("/logs")] == [["0"], ["7"]]
+
+
 def test_logs_of_an_unknown_job_is_one_error_line(
     plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
