@@ -70,10 +70,11 @@ from domain.model import user  # noqa: E402
 from projections.db import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.queries import Queries  # noqa: E402
+from projections.views import VIEW_TABLES as VIEWS  # noqa: E402
 
 OWNER = "alice"
 NODE_NAME = "bench-node-01"
-VIEW_TABLES = ("projection_tracking", "job_list", "job_details", "checkpoints", "nodes")
+VIEW_TABLES = ("projection_tracking", "view_schema", *VIEWS)
 READ_CALLS = 200
 WRITE_SLICES = 10
 LOG_ROUNDS = 5  # log rounds per repeat: each takes only milliseconds
@@ -308,7 +309,7 @@ def run_lifecycles(
         job_id = jobs.submit(owner, f"{prefix}-{index:05d}", SPEC, by).job_id
         jobs.begin_scheduling(job_id)
         jobs.assign(job_id, node_id, NODE_NAME)
-        jobs.report(job_id, node_id, {"type": "started", "commit": COMMIT, "accelerators": [0]})
+        jobs.report(job_id, node_id, {"type": "built", "commit": COMMIT})
         jobs.report(job_id, node_id, {"type": "exited", "exit_code": 0})
 
 
