@@ -83,7 +83,7 @@ def _kinds(text: str) -> frozenset[str]:
 
 
 def _duration(text: str) -> int:
-    from cli.durations import parse_duration
+    from common.durations import parse_duration
 
     try:
         return parse_duration(text)
@@ -126,7 +126,7 @@ def _ending_long_requests(server: Any, services: Any) -> None:
 
     The handler only asks the event loop to end them: it may interrupt the loop's own thread
     inside a lock that ending them takes."""
-    from api.app import end_long_requests
+    from api.http.app import end_long_requests
 
     handle_exit = server.handle_exit
 
@@ -142,7 +142,7 @@ def _ending_long_requests(server: Any, services: Any) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     from pydantic import SecretStr
 
-    from api.ledger_format import key_file_from_env, read_key_file
+    from api.ledger.format import key_file_from_env, read_key_file
     from api.settings import Settings
 
     key_file = args.ledger_key_file or key_file_from_env()
@@ -186,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     import uvicorn
 
-    from api.app import create_app
-    from api.ledger_format import LedgerFormatMismatch, LedgerKeyError
-    from api.secret_store import SecretKeyError
+    from api.http.app import create_app
+    from api.identity.identities import ensure_admin_token
+    from api.identity.secrets import SecretKeyError
+    from api.ledger.format import LedgerFormatMismatch, LedgerKeyError
     from api.services import build_services
-    from api.state import ensure_admin_token
-    from cli.config import ClientConfig, ConfigError, config_path, write_client_config
+    from common.client_config import ClientConfig, ConfigError, config_path, write_client_config
 
     try:
         settings = _settings(args)

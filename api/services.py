@@ -6,19 +6,19 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.artifacts import ArchiveLimits, LocalArtifactStore
-from api.assignment_waiters import AssignmentWaiters
-from api.debug_sessions import DebugSessions
-from api.followers import LogFollowers
-from api.identity import Identities
-from api.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
-from api.ledger_format import check_ledger_format
-from api.metrics import ServerMetrics
-from api.presence import FilePresence, LocalPresence, PostgresPresence, Presence
-from api.secret_store import SecretStore, open_secret_store
+from api.artifacts.followers import LogFollowers
+from api.artifacts.store import ArchiveLimits, LocalArtifactStore
+from api.debug.presence import FilePresence, LocalPresence, PostgresPresence, Presence
+from api.debug.sessions import DebugSessions
+from api.http.metrics import ServerMetrics
+from api.identity.identities import Identities
+from api.identity.secrets import SecretStore, open_secret_store
+from api.ledger.format import check_ledger_format
+from api.scheduling.assignments import AssignmentWaiters
+from api.scheduling.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
+from api.scheduling.nodes import OperationalState
+from api.scheduling.waits import Waits
 from api.settings import Settings
-from api.state import OperationalState
-from api.waits import Waits
 from domain.application import TrainingJobs
 from projections.db import (
     TOKENS_CHANNEL,
@@ -54,10 +54,10 @@ class Services:
     """Live `debug-ssh` sessions and their relays (this process's only)."""
     presence: Presence = field(default_factory=LocalPresence)
     """This server process's instance id, and whether other servers' are alive (see
-    :mod:`api.presence`): debug sessions name the server that relays them."""
+    :mod:`api.debug.presence`): debug sessions name the server that relays them."""
     scheduler_wakeup: threading.Event = field(default_factory=threading.Event)
     leader_lock: LeaderLock = field(default_factory=AlwaysLeader)
-    """Held by the one replica whose scheduler runs (see :mod:`api.leadership`)."""
+    """Held by the one replica whose scheduler runs (see :mod:`api.scheduling.leadership`)."""
     scheduler_leader: threading.Event = field(default_factory=threading.Event)
     """Set while this server's scheduler holds the lock and schedules."""
     metrics: ServerMetrics = field(default_factory=ServerMetrics)

@@ -83,7 +83,7 @@ class Settings(BaseModel):
 
     def event_store_env(self) -> dict[str, str]:
         """The eventsourcing environment for the configured database."""
-        from api.ledger_format import store_env
+        from api.ledger.format import store_env
 
         key = self.ledger_key.get_secret_value() if self.ledger_key else None
         return {**self._database_env(), **store_env(key, self.compress_events)}

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT_ID = "bench-agent-0123456789abcdef"
 TARGET_P99_MS = 100.0
 CHUNKS_PER_S = 5
-"""The agent ships a chatty job's log every 0.2 s (node_agent.logship.FLUSH_INTERVAL)."""
+"""The agent ships a chatty job's log every 0.2 s (node_agent.logs.shipper.FLUSH_INTERVAL)."""
 
 
 def raise_fd_limit() -> None:

@@ -63,7 +63,7 @@ for entry in (HERE.parent, HERE):  # the project's packages, and bench/logpath.p
 import logpath  # noqa: E402
 from logpath import timed  # noqa: E402
 
-from api.artifacts import LocalArtifactStore  # noqa: E402
+from api.artifacts.store import LocalArtifactStore  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
 from domain.model import user  # noqa: E402

@@ -18,7 +18,7 @@ import re
 import statistics
 import time
 
-from node_agent.masking import MASK, SecretMask
+from node_agent.logs.masking import MASK, SecretMask
 
 CHUNK = 64 * 1024
 

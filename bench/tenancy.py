@@ -8,7 +8,7 @@
 2. On PostgreSQL, two replicas on one database: a token is used on replica B (so B remembers
    it), revoked through replica A, and B is polled until it answers 401; ``--revocations``
    times (20), printed as p50/max in ms.
-3. The agent's masking of secret values in shipped logs (``node_agent.masking.SecretMask``,
+3. The agent's masking of secret values in shipped logs (``node_agent.logs.masking.SecretMask``,
    5 values) over ``--log-mib`` MiB (64) of log in 256 KiB chunks, against copying the same
    bytes (the baseline): MiB/s and the ratio.
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from node_agent.masking import SecretMask  # noqa: E402
+from node_agent.logs.masking import SecretMask  # noqa: E402
 
 POSTGRES = os.environ.get("FLEXAI_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

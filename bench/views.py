@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from api.cursors import encode_cursor  # noqa: E402
+from api.http.cursors import encode_cursor  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
 from domain.model import JobName, TrainingJob, scheduler, user  # noqa: E402

@@ -1,0 +1,4 @@
+"""The `flexai` command-line client: one module per subcommand, one HTTP client, one output
+module. `flexai server` and `flexai agent` are handed to ``api.server`` and
+``node_agent.main`` by module name when they run, the only link to them.
+Imports: common."""

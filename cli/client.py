@@ -14,8 +14,8 @@ from urllib.parse import quote
 
 import httpx
 
-from cli.config import load_client_config
 from cli.errors import CliError
+from common.client_config import load_client_config
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 # A followed log may stay quiet for long: a read timeout only makes the client reconnect
@@ -79,8 +79,8 @@ class ApiClient:
 
     @classmethod
     def from_config(cls, owner: str | None = None) -> ApiClient:
-        """A client for the URL and token of ``cli.config`` (env vars, then the file); with
-        ``owner``, acting on that user's jobs (admins)."""
+        """A client for the URL and token of ``common.client_config`` (env vars, then the
+        file); with ``owner``, acting on that user's jobs (admins)."""
         config = load_client_config()
         return cls(config.api_url, config.token, owner=owner)
 

@@ -188,7 +188,7 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one `flexai` command line and return its exit code."""
-    from cli.config import ConfigError
+    from common.client_config import ConfigError
 
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:

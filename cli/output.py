@@ -304,7 +304,7 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _seconds(value: Any) -> str | None:
-    from cli.durations import human_duration
+    from common.durations import human_duration
 
     return human_duration(value) if isinstance(value, int | float) else None
 

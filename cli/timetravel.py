@@ -19,7 +19,7 @@ MOMENT_HELP = (
 
 def parse_moment(text: str, now: datetime | None = None) -> datetime:
     """``text`` as a UTC moment: ISO 8601 (naive taken as UTC), or a duration ago."""
-    from cli.durations import parse_duration
+    from common.durations import parse_duration
 
     try:
         moment = datetime.fromisoformat(text.strip())

@@ -1,7 +1,8 @@
 """The node agent (``flexai agent``): runs the control plane's training jobs on this host.
 
 ``main`` parses the command line; ``agent`` registers the node and follows its assignments;
-``supervisor`` carries one job through ``build`` (git, venv, pip, inputs), ``launch`` (command
-line and environment) and ``processes`` (process groups), while ``logship`` and ``checkpoints``
-send its output to the control plane through ``client``, and ``reports`` says how it went.
-"""
+``supervisor`` carries one job through its rooms: ``build`` (git, venv, pip, inputs), ``run``
+(command line, environment, process groups, watching), ``logs`` and ``artifacts`` (what it
+ships, through ``client``), then ``ending`` reports how it went (``reports``). ``models`` holds
+the shapes they share; ``debug`` opens SSH sessions into running jobs.
+Imports: common."""

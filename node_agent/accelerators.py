@@ -2,7 +2,7 @@
 
 GPUs are found through NVML (``nvidia-ml-py``), else by asking ``nvidia-smi``. An agent confined
 to some GPUs by its own ``CUDA_VISIBLE_DEVICES`` offers those only, numbered from 0 in that
-order (the numbering :func:`node_agent.launch.visible_devices` maps back).
+order (the numbering :func:`node_agent.run.launch.visible_devices` maps back).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from node_agent.processes import pid_running
+from node_agent.run.processes import pid_running
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ change) that starts a supervisor for each new job and passes each answer on to t
 supervisor (the control plane's go, the user's stop). Each job lives in its own
 :class:`JobSupervisor` thread, so one job's build, logs or uploads never hold up another's.
 A third long poll, in a thread of its own, takes the debug sessions users open into the node's
-running jobs (``node_agent/debug_ssh.py``).
+running jobs (``node_agent/debug/sessions.py``).
 
 An agent that (re)starts first ends the processes its predecessor left of jobs no longer listed
-for the node, then follows again the jobs listed as running here (see ``node_agent/adopt.py``).
+for the node, then follows again the jobs listed as running here (see ``node_agent/run/adopt.py``).
 
 When any call answers ``node-taken`` (another agent took this node over while this one was
 silent), the agent ends every job's processes at once, reports nothing, and stops: a job must
@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from node_agent.accelerators import AcceleratorPool, Gpu
-from node_agent.adopt import end_orphans
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, Listing, NodeTaken
-from node_agent.debug_shell import JobShell
-from node_agent.debug_ssh import DebugSessions, job_shell
+from node_agent.debug.sessions import DebugSessions, job_shell
+from node_agent.debug.shell import JobShell
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.network import LOOPBACK
+from node_agent.run.adopt import end_orphans
 from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
 
 log = logging.getLogger("flexai.agent")

@@ -17,12 +17,12 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from node_agent.checkpoints import CheckpointWatcher, zip_tree
+from node_agent.artifacts.checkpoints import CheckpointWatcher, zip_tree
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
-from node_agent.logship import LogShipper
+from node_agent.logs.shipper import LogShipper
 from node_agent.models import STOP_IN_PROGRESS, JobDirs
 from node_agent.reports import TRY_ONCE, Answer, JobReporter
-from node_agent.watch import Ended, stop_outcome, time_limit_message
+from node_agent.run.watch import Ended, stop_outcome, time_limit_message
 
 log = logging.getLogger("flexai.agent")
 

@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cli.config import ConfigError, load_client_config
+from common.client_config import ConfigError, load_client_config
 from node_agent import workdir
 from node_agent.accelerators import detect_gpus
 from node_agent.agent import Agent, AgentSettings
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
-from node_agent.jobuser import JobUserError, check_can_build, job_user, shared_user_warning
 from node_agent.network import default_address
+from node_agent.run.jobuser import JobUserError, check_can_build, job_user, shared_user_warning
 from node_agent.supervisor import SupervisorSettings
 from node_agent.workdir import WorkDirError
 

@@ -3,7 +3,7 @@
 After the build the node reports ``built``; the control plane starts the job once every node of
 it has built and their accelerators are free, either in its answer or, later, in an assignment
 that lists the job ``in progress`` with this node's accelerators (:meth:`JobSupervisor.update`).
-The entry point runs through the shim (``node_agent/shim.py``), so a supervisor of an agent
+The entry point runs through the shim (``node_agent/run/shim.py``), so a supervisor of an agent
 that restarted finds the job again (``adopting``), follows it to its end, or
 says how it ended while the agent was down.
 
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.build import (
+from node_agent.artifacts.checkpoints import CheckpointWatcher
+from node_agent.build.builder import (
     BuildCaches,
     BuildCancelled,
     BuildFailed,
@@ -30,14 +31,10 @@ from node_agent.build import (
     CheckpointMissing,
     JobBuild,
 )
-from node_agent.checkpoints import CheckpointWatcher
+from node_agent.build.datasets import DatasetCache
+from node_agent.build.secrets import JobSecrets, fetch_secrets
 from node_agent.client import ApiError, ControlPlaneClient
-from node_agent.datasets import DatasetCache
 from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
-from node_agent.job_secrets import JobSecrets, fetch_secrets
-from node_agent.jobrun import JobRun
-from node_agent.jobuser import JobUser
-from node_agent.launch import Placement, job_environment
 from node_agent.models import (
     BUILDING,
     ENQUEUED,
@@ -48,9 +45,12 @@ from node_agent.models import (
     Rendezvous,
 )
 from node_agent.network import LOOPBACK, free_port
-from node_agent.processes import end_processes, job_processes
 from node_agent.reports import JobReporter
-from node_agent.watch import Ended, ended, watch
+from node_agent.run.jobrun import JobRun
+from node_agent.run.jobuser import JobUser
+from node_agent.run.launch import Placement, job_environment
+from node_agent.run.processes import end_processes, job_processes
+from node_agent.run.watch import Ended, ended, watch
 
 log = logging.getLogger("flexai.agent")
 

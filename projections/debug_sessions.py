@@ -1,7 +1,7 @@
 """The ``debug_sessions`` view: every debug session recorded on a job, which server process
 relays it, and whether it is still open in the ledger.
 
-Servers read the open ones to close those whose relay is gone (:mod:`api.orphaned_sessions`).
+Servers read the open ones to close those whose relay is gone (:mod:`api.debug.orphans`).
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
 def python_for_user(name: str) -> str | None:
     """An interpreter user ``name`` can run, with venv and pip, to make jobs' virtual
     environments (the tests' own may sit in a home only its owner enters); None if none."""
-    from node_agent.jobuser import job_user, python_for
+    from node_agent.run.jobuser import job_user, python_for
 
     return python_for(job_user(name))
 

@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     from cli.client import ApiClient
-    from cli.config import load_client_config
+    from common.client_config import load_client_config
 
     config = load_client_config()
     with ApiClient(config.api_url, config.token) as client:

@@ -24,8 +24,8 @@ def execute(args: argparse.Namespace) -> int:
     import os
 
     from cli.client import ApiClient
-    from cli.config import ClientConfig, ConfigError, config_path, read_client_file
     from cli.errors import CliError
+    from common.client_config import ClientConfig, ConfigError, config_path, read_client_file
 
     path = config_path()
     try:
@@ -54,7 +54,7 @@ def execute(args: argparse.Namespace) -> int:
     if me.get("kind") != "user":
         raise CliError(f"this is node {me.get('node')}'s token: it is for its agent "
                        "(`flexai agent --token-file`), not for logging in; use a user's token")
-    from cli.config import write_client_config
+    from common.client_config import write_client_config
 
     written = write_client_config(ClientConfig(url.rstrip("/"), token), path)
     role = " (admin)" if me.get("admin") else ""

@@ -74,7 +74,7 @@ def positive_int(value: str) -> int:
 
 def duration(value: str) -> int:
     """An argparse type: ``90s``, ``30m``, ``2h``, ``1d`` or seconds, as whole seconds."""
-    from cli.durations import parse_duration
+    from common.durations import parse_duration
 
     try:
         return parse_duration(value)

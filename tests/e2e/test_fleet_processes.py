@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from node_agent.models import marker_prefix
-from node_agent.processes import marked_processes, signal_pids
+from node_agent.run.processes import marked_processes, signal_pids
 from tests.e2e.harness import Cluster, start_cluster
 from tests.pg import fresh_database
 from tests.support import wait_until

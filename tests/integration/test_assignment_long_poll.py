@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app, end_long_requests
-from api.scheduler import Scheduler
+from api.http.app import create_app, end_long_requests
+from api.identity.identities import ensure_admin_token
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from tests.support import node_headers
 
 AGENT = {"X-Flexai-Agent-Id": "agent-0123456789abcdef"}

@@ -19,10 +19,10 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
+from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from domain.application import TrainingJobs
 from domain.model import user
 from projections.db import DatabaseUnavailable, open_database

@@ -16,12 +16,12 @@ from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from api.app import create_app, end_long_requests
-from api.routes import debug
-from api.scheduler import Scheduler
+from api.http.app import create_app, end_long_requests
+from api.http.routes import debug
+from api.identity.identities import ensure_admin_token
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 
 AGENT_ID = "agent-0123456789abcdef"
 SPEC = {"repository_url": "/nowhere", "entry_point": ["train.py"]}

@@ -13,10 +13,10 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.app import create_app
+from api.http.app import create_app
+from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from tests.support import node_headers
 
 AGENT = {"X-Flexai-Agent-Id": "fuzz-agent-0123456789"}

@@ -15,10 +15,10 @@ from uuid import UUID
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
+from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Limits, Settings
-from api.state import ensure_admin_token
 from domain.model import TrainingJob, user
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from api.ledger_format import LedgerFormatMismatch, LedgerKeyError, fingerprint, read_key_file
+from api.ledger.format import LedgerFormatMismatch, LedgerKeyError, fingerprint, read_key_file
 from api.services import Services, build_services
 from api.settings import Settings
 from domain.model import user

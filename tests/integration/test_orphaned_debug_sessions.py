@@ -15,9 +15,9 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.orphaned_sessions import ENDED_GRACE_S, close_orphaned_sessions
-from api.scheduler import Scheduler
+from api.debug.orphans import ENDED_GRACE_S, OrphanSweep, close_orphaned_sessions
+from api.http.app import create_app
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from cli.output import history_lines
@@ -157,8 +157,7 @@ def test_the_scheduling_server_closes_the_sessions_of_a_replica_that_died(
                                      relay=killed_relay)  # fmt: skip
     services.projector.catch_up()
     assert [row["id"] for row in services.queries.open_debug_sessions()] == [session_id(5)]
-    leader = Scheduler(services)
-    leader.orphans.every_s = 0.0  # each round sweeps
+    leader = Scheduler(services, chores=[OrphanSweep(services, every_s=0.0).run_if_due])
     leader.run_once()  # the relay is found dead once: it may be taking its presence again
     assert sessions_of(services, job_id) == ([], [session_id(5)])
     leader.run_once()  # dead again: its sessions are closed
@@ -171,8 +170,7 @@ def test_a_relay_that_was_away_for_one_check_only_keeps_its_sessions(servers: Se
     job_id = Lifecycle(services.jobs).in_progress("debugged")
     services.jobs.open_debug_session(job_id, session_id(7), 0, FINGERPRINT, user("alice"),
                                      relay=relay.presence.instance_id)  # fmt: skip
-    leader = Scheduler(services)
-    leader.orphans.every_s = 0.0
+    leader = Scheduler(services, chores=[OrphanSweep(services, every_s=0.0).run_if_due])
     relay.presence.release()  # its database connection broke, say
     leader.run_once()
     relay.presence.hold()  # and it took its presence again

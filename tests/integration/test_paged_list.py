@@ -14,11 +14,11 @@ from uuid import UUID
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.cursors import decode_cursor
+from api.http.app import create_app
+from api.http.cursors import decode_cursor
+from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from domain.model import JobName, Status, TrainingJob, user
 from projections.queries import Queries, page_jobs_sql
 from tests.integration.conftest import job_spec

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api import deps
+from api.http import deps
 from cli.client import ApiClient
 from domain.model import user
 from tests.integration import test_time_travel

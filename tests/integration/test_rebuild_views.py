@@ -13,9 +13,9 @@ from uuid import UUID
 
 import pytest
 
+from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
 from api.settings import Settings
-from api.verify import verify_ledger
 from domain.model import DomainError, user
 from projections.views import VIEW_TABLES
 from tests.integration import test_time_travel

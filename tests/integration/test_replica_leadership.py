@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.leadership import FileLeaderLock, PostgresLeaderLock
-from api.scheduler import Scheduler
+from api.http.app import create_app
+from api.scheduling.leadership import FileLeaderLock, PostgresLeaderLock
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from domain.model import user

@@ -12,7 +12,7 @@ from uuid import UUID
 
 import pytest
 
-from api.scheduler import Scheduler
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from domain.model import user

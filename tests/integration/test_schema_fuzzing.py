@@ -41,10 +41,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api.app import create_app
+from api.http.app import create_app
+from api.identity.identities import ensure_admin_token
 from api.services import build_services
 from api.settings import Limits, Settings
-from api.state import ensure_admin_token
 from tests.integration.test_hostile_input_contained import tree_outside
 
 pytestmark = [  # schemathesis' own strategies; nothing of this project's

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.scheduler import Scheduler
+from api.http.app import create_app
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from tests.integration.test_api_problems import SPEC, assert_problem

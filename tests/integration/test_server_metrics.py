@@ -8,7 +8,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.scheduler import Scheduler
+from api.scheduling.scheduler import Scheduler
 from tests.integration import test_time_travel
 from tests.integration.test_time_travel import Api
 

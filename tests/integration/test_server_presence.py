@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from api.presence import LOCK_CLASS, FilePresence
+from api.debug.presence import LOCK_CLASS, FilePresence
 from api.services import Services, build_services
 from api.settings import Settings
 from tests.support import wait_until

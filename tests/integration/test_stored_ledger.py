@@ -12,9 +12,9 @@ from uuid import UUID
 import pytest
 from eventsourcing.persistence import StoredEvent
 
+from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
 from api.settings import Settings
-from api.verify import verify_ledger
 from domain.model import TrainingJob, user
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger-2026-12.json"

@@ -18,11 +18,10 @@ from uuid import UUID
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.identity import Caller
+from api.http.app import create_app
+from api.identity.identities import Caller, ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from domain.model import Node, user
 from tests.support import node_headers, user_headers
 

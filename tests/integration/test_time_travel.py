@@ -14,10 +14,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.app import create_app
+from api.http.app import create_app
+from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from api.state import ensure_admin_token
 from cli.client import ApiClient
 from cli.main import main
 from domain.model import EVENT_STATUS

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from node_agent.jobrun import JobRun
+from node_agent.run.jobrun import JobRun
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from node_agent.build import (
+from node_agent.build.builder import (
     BuildCancelled,
     BuildFailed,
     BuiltJob,
@@ -18,7 +18,7 @@ from node_agent.build import (
     FetchCheckpoint,
     JobBuild,
 )
-from node_agent.job_secrets import JobSecrets, not_found
+from node_agent.build.secrets import JobSecrets, not_found
 from node_agent.models import JobDirs, JobSpec
 from tests.support import build_wheel, git, make_repo
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.checkpoints import CheckpointWatcher, zip_tree
+from node_agent.artifacts.checkpoints import CheckpointWatcher, zip_tree
 from tests.support import unzip
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.datasets import (
+from node_agent.build.datasets import (
     DatasetCache,
     DatasetUnavailable,
     UnpackLimits,

@@ -14,8 +14,8 @@ from typing import Any
 import asyncssh
 import pytest
 
-from node_agent.debug_shell import JobShell, run_process
-from node_agent.debug_ssh import DebugSessions, JobSSHServer, environ_of
+from node_agent.debug.sessions import DebugSessions, JobSSHServer, environ_of
+from node_agent.debug.shell import JobShell, run_process
 
 
 def job_shell(tmp_path: Path, running: Callable[[], bool] = lambda: True) -> JobShell:

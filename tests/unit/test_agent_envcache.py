@@ -15,10 +15,16 @@ from typing import Any
 
 import pytest
 
-from node_agent.build import BuildCaches, BuildFailed, BuiltJob, JobBuild
-from node_agent.envcache import EnvCache, Python, environment_key, is_cacheable, python_info
-from node_agent.filelock import FileLock
-from node_agent.gitmirror import GitMirrors
+from node_agent.build.builder import BuildCaches, BuildFailed, BuiltJob, JobBuild
+from node_agent.build.envcache import (
+    EnvCache,
+    Python,
+    environment_key,
+    is_cacheable,
+    python_info,
+)
+from node_agent.build.filelock import FileLock
+from node_agent.build.gitmirror import GitMirrors
 from node_agent.models import JobDirs, JobSpec
 from tests.support import build_wheel, git, make_repo
 from tests.unit.test_agent_build import Repo, commit_file

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.build import BuildCaches, BuildFailed, JobBuild, _git_env
+from node_agent.build.builder import BuildCaches, BuildFailed, JobBuild, _git_env
+from node_agent.build.unpack import ArchiveRefused, UnpackLimits, unpack
 from node_agent.models import JobDirs, JobSpec
-from node_agent.unpack import ArchiveRefused, UnpackLimits, unpack
 from tests.support import make_repo
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.jobrun import JobRun, read_number
-from node_agent.launch import marker_of
 from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.run.jobrun import JobRun, read_number
+from node_agent.run.launch import marker_of
 from tests.support import STUBBORN_GROUP, alive, wait_until
 
 # Prints its pid, starts a child that leaves the job's process group (and session) and

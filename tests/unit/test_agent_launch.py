@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.launch import (
+from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.run.launch import (
     EntryPointNotFound,
     Placement,
     build_environment,
     job_environment,
     resolve_entry_point,
 )
-from node_agent.models import MARKER_VARIABLE, JobDirs
 
 SINGLE = Placement(node_index=0, nnodes=1, accels=1, master_addr="127.0.0.1", master_port=29500)
 TORCHRUN = ["FLEXAI_NODE_INDEX", "NODE_RANK", "NNODES", "LOCAL_WORLD_SIZE", "WORLD_SIZE",

@@ -13,9 +13,9 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from node_agent import logship
 from node_agent.client import ControlPlaneClient
-from node_agent.logship import LogShipper
+from node_agent.logs import shipper as logship
+from node_agent.logs.shipper import LogShipper
 from tests.support import serve_json, server_url, wait_until
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from node_agent import processes
 from node_agent.models import MARKER_VARIABLE
-from node_agent.processes import GroupProcess, exit_code, run_command
+from node_agent.run import processes
+from node_agent.run.processes import GroupProcess, exit_code, run_command
 from tests.support import STUBBORN_GROUP, alive
 
 

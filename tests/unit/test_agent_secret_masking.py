@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from node_agent.build.secrets import fetch_secrets
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
-from node_agent.job_secrets import fetch_secrets
-from node_agent.logship import LogShipper
-from node_agent.masking import SecretMask, mask_all
+from node_agent.logs.masking import SecretMask, mask_all
+from node_agent.logs.shipper import LogShipper
 from node_agent.models import Assignment, JobSpec
 from tests.support import serve_json, server_url
 from tests.unit.test_agent_logship import LogStore, serve

@@ -16,8 +16,8 @@ import pytest
 
 from node_agent.accelerators import AcceleratorPool
 from node_agent.client import ApiError, ApiUnavailable
-from node_agent.jobrun import JobRun
 from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec, Rendezvous
+from node_agent.run.jobrun import JobRun
 from node_agent.supervisor import JobSupervisor, SupervisorSettings
 from tests.support import STUBBORN_GROUP, alive, git, job_repo, unzip, wait_until
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api.artifacts import (
+from api.artifacts.store import (
     InvalidArchive,
     LocalArtifactStore,
     LogOffsetMismatch,

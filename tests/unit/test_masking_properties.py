@@ -9,7 +9,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node_agent.masking import MASK, PrefixAutomaton, SecretMask
+from node_agent.logs.masking import MASK, PrefixAutomaton, SecretMask
 
 # A small alphabet, so that values overlap, repeat and hide in one another often.
 ALPHABET = b"ab\nc"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.secret_store import (
+from api.identity.secrets import (
     KEY_FILE,
     KEY_VARIABLE,
     SecretExists,

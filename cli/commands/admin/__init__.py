@@ -1,7 +1,8 @@
 """The ``flexai admin`` subcommands, one module each (see :mod:`cli.commands` for the shape).
 
 They reach the server through its HTTP API with an admin's token, like every other command
-(``token`` serves every user for their own tokens)."""
+(``token`` serves every user for their own tokens).
+Imports: cli.client, cli.commands, cli.errors, cli.output."""
 
 from __future__ import annotations
 

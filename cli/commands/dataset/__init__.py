@@ -1,4 +1,5 @@
-"""The ``flexai dataset`` subcommands, one module each (see :mod:`cli.commands` for the shape)."""
+"""The ``flexai dataset`` subcommands, one module each (see :mod:`cli.commands` for the shape).
+Imports: cli.client, cli.commands, cli.errors, cli.output."""
 
 from __future__ import annotations
 

@@ -1,0 +1,192 @@
+"""Dependencies for the routes, as ``Annotated`` aliases.
+
+They are coroutines: FastAPI runs a plain function dependency in a worker thread, a hop (and a
+wait for a free thread) per dependency per request. Whatever may block runs in a thread here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from api.http.problems import Problem, forbidden, revoked_token, unauthorized, views_halted
+from api.identity.identities import Caller, Identities, Revoked
+from api.services import Services
+from projections.projector import ProjectionHalted, ProjectionTimeout
+
+
+async def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def bearer_token(scope: Any) -> str | None:
+    """The bearer token of an HTTP or WebSocket request's scope, if it sends one."""
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+async def resolve_caller(identities: Identities, token: str | None) -> Caller:
+    """The caller of a bearer token; 401 problems for none, an unknown or a revoked one. A
+    remembered token costs no worker thread."""
+    if not token:
+        raise unauthorized()
+    found: Caller | Revoked | None = identities.known_caller(token)
+    if found is None:
+        found = await run_in_threadpool(identities.resolve, token)
+    if found is None:
+        raise unauthorized()
+    if isinstance(found, Revoked):
+        raise revoked_token(found.token_id, found.revoked_at)
+    return found
+
+
+async def current_caller(request: Request, services: ServicesDep) -> Caller:
+    """The token's caller; the body limits already resolved it for requests with a body."""
+    known: Caller | None = getattr(request.state, "caller", None)
+    if known is not None:
+        return known
+    caller = await resolve_caller(services.identities, bearer_token(request.scope))
+    request.state.caller = caller
+    return caller
+
+
+CurrentCaller = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_user(caller: CurrentCaller) -> str:
+    """The user a user's token acts for; a node token is refused (403)."""
+    if caller.user is None:
+        raise forbidden(
+            "user-token-needed", "User token needed",
+            f"this is node {caller.node}'s token: it reaches only the agent routes "
+            "(/v1/agent/...); use a user's token (`flexai login`)",
+        )  # fmt: skip
+    return caller.user
+
+
+CurrentUser = Annotated[str, Depends(current_user)]
+"""The calling user's name: whose jobs, datasets and secrets a request reads and writes."""
+
+
+async def current_admin(caller: CurrentCaller, user: CurrentUser) -> Caller:
+    if not caller.admin:
+        raise forbidden(
+            "admin-only", "Admin only",
+            f"this needs an admin's token, and user {user} is no admin (the first admin's "
+            "token is <data-dir>/admin.token; `flexai admin user create NAME --admin` makes "
+            "others)",
+        )  # fmt: skip
+    return caller
+
+
+CurrentAdmin = Annotated[Caller, Depends(current_admin)]
+
+
+async def current_node(caller: CurrentCaller) -> str:
+    """The node a node token acts for; a user's token is refused (403)."""
+    if caller.node is None:
+        raise forbidden(
+            "node-token-needed", "Node token needed",
+            "the agent routes need a node token, not a user's: an admin makes one with "
+            "`flexai admin node-token create NODE_NAME`; start the agent with it "
+            "(`flexai agent --token-file FILE`, or FLEXAI_TOKEN)",
+        )  # fmt: skip
+    return caller.node
+
+
+CurrentNode = Annotated[str, Depends(current_node)]
+"""The name of the node whose agent calls: it acts for that node and its jobs alone."""
+
+ALL_OWNERS = "*"
+
+
+async def job_owner(
+    caller: CurrentCaller,
+    user: CurrentUser,
+    owner: Annotated[
+        str | None,
+        Query(
+            max_length=63, pattern=r"^([a-z][a-z0-9_-]{0,62}|\*)$",
+            description="whose jobs (admins only; `*`: every user's, where a list is asked)",
+        ),
+    ] = None,
+) -> str:
+    """Whose jobs a request acts on: the caller's own; an admin may name another user."""
+    if owner is None or owner == user:
+        return user
+    if not caller.admin:
+        raise forbidden(
+            "admin-only", "Admin only",
+            f"only an admin may act on another user's jobs (owner={owner}); leave `owner` out "
+            "to act on your own",
+        )  # fmt: skip
+    return owner
+
+
+JobOwner = Annotated[str, Depends(job_owner)]
+"""The owner of the jobs a request reads or acts on (``*`` for every owner: lists only)."""
+
+
+async def ledger_writable(services: ServicesDep) -> None:
+    """Writes wait while the views are halted: an event recorded now could not be shown, and
+    read-your-writes would hang. Nothing is recorded; reads keep answering from the views."""
+    halted = services.projector.halted
+    if halted is not None:
+        raise views_halted(ProjectionHalted(halted))
+
+
+LedgerWritable = ledger_writable
+
+
+POSITION_HEADER = "X-Flexai-Position"
+"""On a write's answer: the ledger position of what it recorded."""
+MIN_POSITION_HEADER = "X-Flexai-Min-Position"
+"""On a read: answer only from views that hold this ledger position (read your writes, made
+through any replica)."""
+READ_AFTER_WAIT_S = 5.0
+
+
+async def read_after(request: Request, services: ServicesDep) -> None:
+    """Hold a read until the views reach the position the client asks for (a write it made,
+    maybe through another replica, answered with it): no fixed sleep, no stale answer."""
+    value = request.headers.get(MIN_POSITION_HEADER)
+    if value is None:
+        return
+    try:
+        position = int(value)
+    except ValueError:
+        position = -1
+    if not 0 <= position < 2**63:
+        raise Problem(
+            422, "invalid-request", "Invalid position",
+            f"{MIN_POSITION_HEADER} must be a ledger position (a whole number from 0), as a "
+            f"write's {POSITION_HEADER} answer header gave it", field=MIN_POSITION_HEADER,
+        )  # fmt: skip
+    if position == 0:
+        return
+    try:  # in a worker thread: even reading where the views stand is a query
+        await run_in_threadpool(services.projector.wait, position, READ_AFTER_WAIT_S)
+    except ProjectionTimeout:
+        raise Problem(
+            503, "views-behind", "Views behind",
+            f"this server's views did not reach ledger position {position} within "
+            f"{READ_AFTER_WAIT_S:g} s; try again", headers={"Retry-After": "1"},
+        ) from None  # fmt: skip
+
+
+ReadAfter = Depends(read_after)
+
+
+def tell_position(response: Response, position: int | None) -> None:
+    """Put a write's ledger position on its answer (nothing recorded: none)."""
+    if position is not None:
+        response.headers[POSITION_HEADER] = str(position)

@@ -1,0 +1,307 @@
+"""Agents' routes: register, heartbeat, assignments, reports, logs, checkpoints, outputs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path as FsPath
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+
+from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
+from api.http.problems import Problem
+from api.http.schemas import (
+    AGENT_ID_HEADER,
+    AGENT_ID_PATTERN,
+    BYTES_BODY,
+    ZIP_BODY,
+    Assignment,
+    Assignments,
+    CheckpointPublic,
+    NodeRegister,
+    NodeRegistered,
+    Report,
+    ReportAccepted,
+    Size,
+)
+from api.scheduling.assignments import MAX_WAIT_S, etag_of
+from api.services import Services
+from domain.application import checkpoint_id as derive_checkpoint_id
+from domain.model import Node, Status
+from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_checkpoint_name
+
+router = APIRouter(prefix="/v1/agent", tags=["agents"])
+JobId = Annotated[UUID, Path(description="the job's id")]
+NodeIndex = Annotated[
+    int, Query(ge=0, lt=MAX_NODES, description="the node's index in the job (multi-node jobs)")
+]
+LogOffset = Annotated[int, Query(ge=0, le=BIGINT_MAX, description="where the bytes start")]
+AgentId = Annotated[
+    str,
+    Header(
+        alias=AGENT_ID_HEADER, pattern=AGENT_ID_PATTERN,
+        description="the agent's lasting identity: one live agent holds a node",
+    ),
+]  # fmt: skip
+
+
+def require_job(services: Services, job_id: UUID, node: str | None = None) -> dict[str, Any]:
+    """The job; with ``node``, only when it is (or was last) placed on that node: a node's
+    token reaches no other node's jobs, and does not learn that they exist."""
+    document = services.queries.job(str(job_id))
+    if document is not None and node is not None:
+        node_id = str(Node.create_id(node))
+        placed = [placement.get("node_id") for placement in document.get("placements") or []]
+        if node_id not in (placed or [document.get("node_id")]):
+            document = None
+    if document is None:
+        raise Problem(404, "job-not-found", "Job not found",
+                      f"no job with id {job_id} on node {node}" if node else
+                      f"no job with id {job_id}")  # fmt: skip
+    return document
+
+
+def require_own_node(node: str, node_id: str | None) -> None:
+    """A node token acts for its own node alone."""
+    if node_id is not None and node_id != str(Node.create_id(node)):
+        raise Problem(
+            403, "wrong-node", "Another node's route",
+            f"this token is node {node}'s: it acts for that node alone (id "
+            f"{Node.create_id(node)}), not for node {node_id[:64]}; give each agent its own "
+            "node token (`flexai admin node-token create NODE_NAME`)",
+        )  # fmt: skip
+
+
+def _require_holder(services: Services, node_id: str | None, agent_id: str, node: str) -> None:
+    """Only the agent that holds a node acts for it: a second agent under the same name is
+    refused, so no job ever runs twice."""
+    require_own_node(node, node_id)
+    if node_id is None:
+        return
+    holder = services.state.holder(node_id)
+    if holder is None:
+        raise Problem(
+            404, "node-not-found", "Node not found",
+            f"no node with id {node_id}; register it again (restart the agent)",
+        )  # fmt: skip
+    if holder.agent_id != agent_id:
+        raise Problem(
+            409, "node-taken", "Node held by another agent",
+            f"node {node_id} is held by another agent since {holder.since}; this agent must "
+            "stop: its jobs run there",
+        )  # fmt: skip
+
+
+def job_of_holder(
+    services: Services, job_id: UUID, agent_id: str, node: str, node_index: int = 0
+) -> dict[str, Any]:
+    """The job, when the agent holds the node at ``node_index`` of it."""
+    document = require_job(services, job_id, node)
+    placements = document.get("placements") or []
+    node_id = placements[node_index]["node_id"] if node_index < len(placements) else None
+    if node_id is None and node_index > 0:
+        raise Problem(404, "not-found", "No such node index",
+                      f"job {job_id} has no node index {node_index}")  # fmt: skip
+    _require_holder(services, node_id or document.get("node_id"), agent_id, node)
+    return document
+
+
+@router.post("/nodes", dependencies=[Depends(LedgerWritable)])
+def register_node(body: NodeRegister, services: ServicesDep, node: CurrentNode) -> NodeRegistered:
+    """Register a node (again): its name, accelerators, and the agent that holds it."""
+    if body.name != node:
+        raise Problem(
+            403, "wrong-node", "Another node's name",
+            f"this token is node {node}'s: it registers that node alone, not "
+            f"{body.name!r}; start the agent with --name {node}, or with node {body.name}'s "
+            "token (`flexai admin node-token create NODE_NAME`)",
+        )  # fmt: skip
+    node_id = str(Node.create_id(body.name))
+    services.state.claim_node(
+        node_id, body.name, body.agent_id, services.settings.node_timeout_s
+    )
+    node_id, outcome = services.jobs.register_node(
+        body.name, body.accels, body.accel_type, address=body.address,
+        gpus=[gpu.model_dump() for gpu in body.gpus],
+    )  # fmt: skip
+    services.projector.wait(outcome.position)
+    services.scheduler_wakeup.set()
+    return NodeRegistered(node_id=node_id, name=body.name)
+
+
+@router.post("/nodes/{node_id}/heartbeat")
+def heartbeat(
+    node_id: str, agent_id: AgentId, services: ServicesDep, node: CurrentNode
+) -> dict[str, bool]:
+    """Tell the control plane the node is alive."""
+    _require_holder(services, node_id, agent_id, node)
+    services.state.heartbeat(node_id)
+    return {"ok": True}
+
+
+@router.get("/nodes/{node_id}/assignments")
+async def assignments(
+    node_id: str, agent_id: AgentId, services: ServicesDep, node: CurrentNode,
+    response: Response,
+    wait: Annotated[float, Query(ge=0, description="seconds to wait for a change")] = 0,
+    since: Annotated[str | None, Query(max_length=64, description="the last etag")] = None,
+) -> Assignments:
+    """The node's jobs that are building, enqueued, running or stopping; with ``wait``, the
+    answer comes once it differs from the etag ``since`` (or after ``wait`` seconds)."""
+    await run_in_threadpool(_require_holder, services, node_id, agent_id, node)
+    waiters = services.assignment_waiters
+    deadline = asyncio.get_running_loop().time() + min(wait, MAX_WAIT_S)
+    async with waiters.waiting(node_id) as waiter:
+        while True:
+            answer = await run_in_threadpool(_assignments_of, services, node_id)
+            left = deadline - asyncio.get_running_loop().time()
+            if answer.etag != since or left <= 0 or waiters.closing:
+                break
+            await waiter.sleep(left)
+    response.headers["ETag"] = f'"{answer.etag}"'
+    return answer
+
+
+def assignment_of(document: dict[str, Any]) -> Assignment:
+    """One job as one of its nodes sees it (``document["node_index"]`` names which)."""
+    index = int(document.get("node_index", 0))
+    placements = document.get("placements") or []
+    placement = placements[index] if index < len(placements) else {}
+    running = document["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
+    return Assignment(
+        job_id=document["id"], name=document["name"], status=document["status"],
+        spec=document["spec"], input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
+        node_index=index, nnodes=max(len(placements), 1),
+        accelerators=placement.get("accelerators") if running else None,
+        rendezvous=document.get("rendezvous") if running else None,
+    )  # fmt: skip
+
+
+def _assignments_of(services: Services, node_id: str) -> Assignments:
+    listed = [assignment_of(document) for document in services.queries.assignments(node_id)]
+    services.assignment_waiters.seen(node_id, (item.job_id for item in listed))
+    return Assignments(assignments=listed, etag=etag_of([a.model_dump() for a in listed]))
+
+
+@router.post("/jobs/{job_id}/reports", dependencies=[Depends(LedgerWritable)])
+def report(
+    job_id: JobId, body: Report, agent_id: AgentId, services: ServicesDep, node: CurrentNode
+) -> ReportAccepted:
+    """Record a build/run event of a job; a resend is acknowledged, not recorded twice."""
+    _require_holder(services, body.node_id, agent_id, node)
+    require_job(services, job_id, node)
+    payload = body.model_dump()
+    if body.type == "exited" and body.exit_code is None:
+        raise Problem(422, "invalid-request", "Invalid report", "an exited report needs exit_code")
+    if body.type in ("build_failed", "failed") and not (body.code and body.message):
+        raise Problem(
+            422, "invalid-request", "Invalid report", f"a {body.type} report needs code and message"
+        )
+    if body.type == "stop_failed" and not body.message:
+        raise Problem(
+            422, "invalid-request", "Invalid report", "a stop_failed report needs message"
+        )
+    if body.type == "logs_unavailable" and (
+        body.message is None or body.offset is None or body.written is None
+    ):
+        raise Problem(
+            422, "invalid-request", "Invalid report",
+            "a logs_unavailable report needs message, offset and written",
+        )  # fmt: skip
+    outcome = services.jobs.report(job_id, body.node_id, payload)
+    services.projector.wait(outcome.position)
+    services.scheduler_wakeup.set()
+    document = require_job(services, job_id)
+    for index, placement in enumerate(document.get("placements") or []):
+        if placement["node_id"] == body.node_id and body.node_index in (None, index):
+            seen = assignment_of({**document, "node_index": index})
+            return ReportAccepted(status=seen.status, accelerators=seen.accelerators,
+                                  rendezvous=seen.rendezvous)  # fmt: skip
+    return ReportAccepted(status=str(document["status"]))
+
+
+@router.post("/jobs/{job_id}/logs", openapi_extra=BYTES_BODY)
+async def ship_logs(job_id: JobId, offset: LogOffset, agent_id: AgentId, request: Request,
+                    services: ServicesDep, node: CurrentNode, node_index: NodeIndex = 0,
+                    ) -> Size:  # fmt: skip
+    """Append log bytes of node ``node_index`` that start at ``offset`` (idempotent)."""
+    await run_in_threadpool(job_of_holder, services, job_id, agent_id, node, node_index)
+    data = await request.body()  # at most the log chunk limit (api/http/limits.py)
+    size = await run_in_threadpool(
+        services.artifacts.append_log, str(job_id), offset, data, node_index
+    )
+    services.log_followers.wake(str(job_id))
+    return Size(size=size)
+
+
+@router.put("/jobs/{job_id}/checkpoints/{checkpoint_name}",
+            dependencies=[Depends(LedgerWritable)], openapi_extra=ZIP_BODY)  # fmt: skip
+async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str,
+                            agent_id: AgentId, request: Request, services: ServicesDep,
+                            node: CurrentNode, node_index: NodeIndex = 0,
+                            ) -> CheckpointPublic:  # fmt: skip
+    """Store a checkpoint (a zip) and record it on the job's ledger."""
+    try:
+        check_checkpoint_name(checkpoint_name)
+    except InvalidValue as error:
+        raise Problem(422, "invalid-request", "Invalid checkpoint name", str(error),
+                      field="checkpoint_name") from None  # fmt: skip
+    require_own_node(node, node_id)
+    document = await run_in_threadpool(
+        job_of_holder, services, job_id, agent_id, node, node_index
+    )
+    upload = await services.artifacts.receive(str(job_id), request.stream())
+    placements = document.get("placements") or []
+    node_name = str(placements[node_index]["node"] if placements else document["node"] or node_id)
+    return await run_in_threadpool(
+        _store_checkpoint, services, job_id, checkpoint_name, node_id, node_name, node_index,
+        upload,
+    )  # fmt: skip
+
+
+def _store_checkpoint(
+    services: Services, job_id: UUID, name: str, node_id: str, node_name: str,
+    node_index: int, upload: FsPath,
+) -> CheckpointPublic:  # fmt: skip
+    checkpoint_id = derive_checkpoint_id(job_id, name, node_index)
+    metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, upload)
+    checkpoint = {"id": checkpoint_id, "name": name, "node": node_name,
+                  "node_index": node_index, **metadata}  # fmt: skip
+    outcome = services.jobs.record_checkpoint(job_id, node_id, checkpoint)
+    services.projector.wait(outcome.position)
+    for row in services.queries.checkpoints(str(job_id)):
+        if row["id"] == checkpoint_id:
+            return CheckpointPublic.model_validate(row)
+    raise Problem(500, "internal-error", "Checkpoint not recorded", "retry the upload")
+
+
+@router.put("/jobs/{job_id}/outputs/{node_index}", openapi_extra=ZIP_BODY)
+async def upload_outputs(job_id: JobId, node_index: Annotated[int, Path(ge=0, lt=MAX_NODES)],
+                         agent_id: AgentId, request: Request, services: ServicesDep,
+                         node: CurrentNode) -> Size:  # fmt: skip
+    """Store the output directory of one node of the job (a zip)."""
+    await run_in_threadpool(job_of_holder, services, job_id, agent_id, node, node_index)
+    upload = await services.artifacts.receive(str(job_id), request.stream())
+    size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, upload)
+    return Size(size=size)
+
+
+@router.get("/checkpoints/{checkpoint_id}", response_class=FileResponse)
+def download_checkpoint(
+    checkpoint_id: str, services: ServicesDep, node: CurrentNode
+) -> FileResponse:
+    """A checkpoint's archive, for a job of this node's that starts from it."""
+    node_id = str(Node.create_id(node))
+    wanted = any(document["spec"].get("input_checkpoint_id") == checkpoint_id
+                 for document in services.queries.assignments(node_id))  # fmt: skip
+    job_id = services.queries.checkpoint_job(checkpoint_id) if wanted else None
+    path = services.artifacts.checkpoint_path(job_id, checkpoint_id) if job_id else None
+    if path is None or not path.exists():
+        raise Problem(
+            404, "checkpoint-not-found", "Checkpoint not found",
+            f"no checkpoint {checkpoint_id[:64]} that a job of node {node} starts from",
+        )  # fmt: skip
+    return FileResponse(path, media_type="application/zip")

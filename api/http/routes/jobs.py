@@ -1,0 +1,332 @@
+"""Users' routes: submit, list, inspect, stop, delete, logs, checkpoints, outputs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import anyio
+from fastapi import APIRouter, Depends, Query
+from fastapi import Path as PathParam
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from api.artifacts.followers import TooManyFollowers
+from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
+from api.http.deps import (
+    ALL_OWNERS,
+    CurrentUser,
+    JobOwner,
+    LedgerWritable,
+    ServicesDep,
+    tell_position,
+)
+from api.http.problems import Problem, too_many_followers
+from api.http.schemas import (
+    CheckpointPublic,
+    CheckpointsPublic,
+    JobCreate,
+    JobDeleted,
+    JobPublic,
+    JobsPublic,
+    JobSummary,
+)
+from api.services import Services
+from domain.model import TERMINAL, Status, user
+from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_repository_url
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+NodeIndex = Annotated[
+    int, PathParam(ge=0, lt=MAX_NODES, description="the node's index in the job (0 for one node)")
+]
+LOG_READ_BYTES = 256 * 1024
+TEXT = "text/plain; charset=utf-8"
+WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
+FOLLOW_RECHECK_S = 1.0
+"""A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
+
+
+def duration_seconds(row: dict[str, Any]) -> float | None:
+    if not row.get("started_at"):
+        return None
+    started = datetime.fromisoformat(row["started_at"])
+    ended = datetime.fromisoformat(row["ended_at"]) if row.get("ended_at") else datetime.now(UTC)
+    return round((ended - started).total_seconds(), 3)
+
+
+def job_public(document: dict[str, Any]) -> JobPublic:
+    return JobPublic.model_validate({**document, "duration_seconds": duration_seconds(document)})
+
+
+def find_job(services: Services, owner: str, name: str, me: str | None = None) -> dict[str, Any]:
+    """The owner's live job of that name; 404 for none, and for another user's (a user's
+    jobs are their own: not even their names are revealed to others)."""
+    document = services.queries.job_by_name(owner, name) if owner != ALL_OWNERS else None
+    if document is None:
+        whose = f" of user {owner}" if me is not None and owner != me else ""
+        raise Problem(
+            404, "job-not-found", "Job not found",
+            f"no job named '{name}'{whose}; `flexai training list` shows your jobs",
+        )  # fmt: skip
+    return document
+
+
+@router.post("", status_code=201, dependencies=[Depends(LedgerWritable)])
+def submit_job(
+    body: JobCreate, services: ServicesDep, owner: CurrentUser, response: Response
+) -> JobPublic:
+    """Start a new training job."""
+    spec = body.model_dump(exclude={"name"})
+    _check_repository_url(body.repository_url, services.settings.allowed_repo_schemes)
+    # Names only: each value is fetched by the job's agent when the job builds (``secrets``).
+    spec["input_checkpoint_id"] = None
+    if body.checkpoint:
+        found = services.queries.checkpoint(owner, body.checkpoint)
+        if found is None:
+            raise Problem(
+                404, "checkpoint-not-found", "Checkpoint not found",
+                f"no checkpoint with id or name '{body.checkpoint}'; "
+                "`flexai training checkpoints <job>` lists them",
+            )  # fmt: skip
+        spec["input_checkpoint_id"] = found["id"]
+    if spec.get("time_limit_s") is None:
+        spec["time_limit_s"] = services.settings.default_time_limit_s
+    if body.datasets:  # each pinned to its version now; a name not pushed fails the build
+        spec["dataset_hashes"] = services.queries.dataset_hashes(owner, body.datasets)
+    outcome = services.jobs.submit(owner, body.name, spec, by=user(owner))
+    services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
+    services.scheduler_wakeup.set()
+    document = services.queries.job(str(outcome.job_id))
+    assert document is not None
+    return job_public(document)
+
+
+def _check_repository_url(url: str, allowed: frozenset[str]) -> None:
+    try:
+        check_repository_url(url, allowed=allowed)
+    except InvalidValue as error:
+        raise Problem(422, "invalid-request", "Repository URL refused", str(error),
+                      field="repository_url") from None  # fmt: skip
+
+
+def parse_statuses(values: list[str]) -> set[Status]:
+    """Statuses from repeated and comma-separated values (``in-progress`` and ``IN_PROGRESS``
+    stand for ``in progress`` too); a 422 problem naming the allowed ones otherwise."""
+    wanted: set[Status] = set()
+    for value in (part.strip() for item in values for part in item.split(",")):
+        if not value:
+            continue
+        try:
+            wanted.add(Status(" ".join(value.lower().replace("-", " ").replace("_", " ").split())))
+        except ValueError:
+            allowed = ", ".join(f"'{status.value}'" for status in Status)
+            raise Problem(
+                422, "invalid-request", "Unknown status",
+                f"unknown status '{value}': use one of {allowed} (repeat `status` or separate "
+                "them with commas)", field="status", allowed=[status.value for status in Status],
+            ) from None  # fmt: skip
+    return wanted
+
+
+@router.get("")
+def list_jobs(
+    services: ServicesDep,
+    owner: JobOwner,
+    limit: int = Query(default=50, ge=1, le=500, description="jobs per page"),
+    cursor: str | None = Query(default=None, max_length=1024,
+                               description="the previous page's next_cursor"),  # fmt: skip
+    status: Annotated[list[str] | None, Query(description="only jobs in these statuses")] = None,
+    name_prefix: str = Query(default="", max_length=63,
+                             description="only jobs whose name starts with this"),  # fmt: skip
+) -> JobsPublic:
+    """List your jobs (an admin: a user's with ``owner``, everyone's with ``owner=*``), newest
+    first, one page at a time (follow next_cursor)."""
+    statuses = parse_statuses(status or [])
+    try:
+        after = decode_cursor(cursor) if cursor else None
+    except InvalidCursor as error:
+        raise Problem(
+            422, "invalid-cursor", "Invalid cursor",
+            f"the cursor is malformed or was altered ({error}); list again from the first "
+            "page, without `cursor`, and pass each answer's next_cursor as it is",
+        ) from None  # fmt: skip
+    rows = services.queries.page_jobs(
+        None if owner == ALL_OWNERS else owner, limit + 1, after=after, statuses=statuses,
+        name_prefix=name_prefix,
+    )  # fmt: skip
+    page, more = rows[:limit], len(rows) > limit
+    waiting = [row["id"] for row in page if row["status"] in WAITING]
+    reasons = services.waits.reasons(waiting)
+    jobs = [JobSummary.model_validate({**row, "duration_seconds": duration_seconds(row),
+                                       "reason": reasons.get(row["id"])})
+            for row in page]  # fmt: skip
+    next_cursor = encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
+    return JobsPublic(jobs=jobs, count=len(jobs), next_cursor=next_cursor)
+
+
+@router.get("/{name}")
+def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser) -> JobPublic:
+    """A job's spec, status, node, timestamps, lifecycle events, and why it waits."""
+    document = find_job(services, owner, name, me)
+    if document["status"] in WAITING:
+        waiting = services.waits.detail(document["id"])
+        if waiting is not None and document["status"] == Status.SCHEDULING.value:
+            waiting["place"], waiting["of"] = services.queries.place_in_scheduling(
+                document["id"]
+            )
+        document["waiting"] = waiting
+    return job_public(document)
+
+
+@router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
+def stop_job(
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser, response: Response
+) -> JobPublic:
+    """Ask for a job to stop."""
+    document = find_job(services, owner, name, me)
+    outcome = services.jobs.request_stop(UUID(document["id"]), by=user(me))
+    services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
+    return job_public(services.queries.job(document["id"]) or document)
+
+
+@router.delete("/{name}", dependencies=[Depends(LedgerWritable)])
+def delete_job(
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser, response: Response
+) -> JobDeleted:
+    """Delete a finished job; its history stays readable for audit."""
+    document = find_job(services, owner, name, me)
+    outcome = services.jobs.delete(UUID(document["id"]), by=user(me))
+    services.projector.wait(outcome.position)
+    tell_position(response, outcome.position)
+    deleted = services.queries.job(document["id"]) or document
+    return JobDeleted(id=deleted["id"], name=deleted["name"], deleted_at=deleted["deleted_at"])
+
+
+@router.get("/{name}/logs", response_class=StreamingResponse)
+async def job_logs(
+    name: str,
+    services: ServicesDep,
+    owner: JobOwner,
+    me: CurrentUser,
+    offset: int = Query(default=0, ge=0, le=BIGINT_MAX, description="the first byte to send"),
+    follow: bool = False,
+    node_index: int = Query(default=0, ge=0, lt=MAX_NODES,
+                            description="which node's output (multi-node jobs)"),  # fmt: skip
+) -> StreamingResponse:
+    """A job's build and run output (one node's); with follow, streams until the job ends."""
+    document = await run_in_threadpool(find_job, services, owner, name, me)
+    job_id = document["id"]
+    log = _NodeLog(services, job_id, node_index)
+    headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1))}
+    # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
+    log.read(offset)
+    if not follow:
+        return StreamingResponse(_read_log(log, offset), media_type=TEXT, headers=headers)
+    if services.log_followers.count >= services.log_followers.limit:
+        raise too_many_followers(TooManyFollowers(services.log_followers.limit))
+    return FollowingResponse(_follow_log(log, offset), media_type=TEXT, headers=headers)
+
+
+class _NodeLog:
+    def __init__(self, services: Services, job_id: str, node_index: int) -> None:
+        self.services, self.job_id, self.node_index = services, job_id, node_index
+
+    def read(self, offset: int) -> bytes:
+        return self.services.artifacts.read_log(
+            self.job_id, offset, LOG_READ_BYTES, node_index=self.node_index
+        )
+
+
+async def _read_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
+    while chunk := log.read(offset):
+        offset += len(chunk)
+        yield chunk
+
+
+async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
+    """The log from ``offset`` as it grows, until the job is terminal and every byte is sent.
+
+    Agents ship every line before the terminal report, so one more read after the job ended
+    drains it all. Reads are small and local, so they run on the event loop: no thread waits.
+    """
+    followers = log.services.log_followers
+    async with followers.follow(log.job_id) as follower:
+        # Registered before the status is read: an end that comes in between still wakes us.
+        status = await run_in_threadpool(_status, log.services, log.job_id)
+        follower.job_ended = follower.job_ended or status is None or status in TERMINAL
+        while True:
+            ended = follower.job_ended
+            while chunk := log.read(offset):
+                offset += len(chunk)
+                yield chunk
+            if ended:
+                return
+            if followers.closing:
+                return  # the server stops; the client sees the job is not over and resumes
+            await follower.sleep(FOLLOW_RECHECK_S)
+
+
+def _status(services: Services, job_id: str) -> Status | None:
+    document = services.queries.job(job_id)
+    return Status(document["status"]) if document is not None else None
+
+
+class FollowingResponse(StreamingResponse):
+    """A stream that ends as soon as its client goes away, even while it has nothing to send
+    (Starlette notices a disconnect only on the next send under ASGI 2.4)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def stream_then_stop() -> None:
+                await self.stream_response(send)
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(stream_then_stop)
+            await self.listen_for_disconnect(receive)
+            tasks.cancel_scope.cancel()
+
+
+@router.get("/{name}/checkpoints")
+def job_checkpoints(
+    name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser
+) -> CheckpointsPublic:
+    """The checkpoints a job wrote, oldest first (a running job's too)."""
+    job_id = find_job(services, owner, name, me)["id"]
+    rows = services.queries.checkpoints(job_id)
+    return CheckpointsPublic(checkpoints=[CheckpointPublic.model_validate(row) for row in rows])
+
+
+@router.get("/{name}/outputs/{node_index}", response_class=FileResponse)
+def job_outputs(
+    name: str, node_index: NodeIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
+) -> Response:
+    """The job's output directory as a zip archive."""
+    document = find_job(services, owner, name, me)
+    path = services.artifacts.output_path(document["id"], node_index)
+    filename = f"output_{node_index}.zip"
+    if not path.exists() and _ran_to_its_end(document, node_index):
+        # An agent uploads no empty output directory: the archive of nothing.
+        return Response(EMPTY_ZIP, media_type="application/zip",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    if not path.exists():
+        raise Problem(
+            404, "not-found", "No output yet",
+            f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
+            "outputs are uploaded when the entry point ends",
+        )  # fmt: skip
+    return FileResponse(path, media_type="application/zip", filename=filename)
+
+
+EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
+"""A zip archive with no entry (its end-of-central-directory record alone)."""
+
+
+def _ran_to_its_end(document: dict[str, Any], node_index: int) -> bool:
+    ended = document["status"] in TERMINAL and bool(document.get("started_at"))
+    return ended and 0 <= node_index < int(document.get("nodes") or 1)

@@ -1,0 +1,350 @@
+"""The scheduler: places jobs on nodes, says why waiting jobs wait, and keeps the fleet honest.
+
+Each round (woken by submissions, reports and registrations, else every
+``scheduler_interval_s``):
+
+1. nodes silent past their lease (``--node-timeout``, counted only while this server runs)
+   are lost: their jobs fail ``node_lost``, or look for other nodes when they only waited;
+2. pending jobs start scheduling, and scheduling jobs are placed, oldest first
+   (:func:`domain.scheduling.choose_node`), or rejected with the reason;
+3. every waiting job gets a one-line reason and the detail behind it (:mod:`api.scheduling.waits`);
+4. about once a second, stops no node confirmed in time fail, and jobs past their time limit
+   whose node did not end them fail ``time_limit_exceeded``.
+
+Only one server schedules at a time: the one holding the scheduler lock
+(:mod:`api.scheduling.leadership`); replicas of it on the same PostgreSQL stand by and take
+over within a few seconds of its death. All of the above is the leader's work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from api.scheduling.leadership import RETRY_S, LeaderLock
+from api.services import Services
+from common.durations import human_duration
+from domain.model import DomainError, Status
+from domain.scheduling import Assign, NodeCapacity, Reject, Wait, choose_node
+from projections.db import is_unavailable
+
+log = logging.getLogger(__name__)
+DEADLINES_EVERY_S = 1.0
+ROUND_GAP_S = 0.005
+"""The least time between two rounds."""
+DEFAULT_STOP_GRACE_S = 10.0
+"""The agent's default --stop-grace, for jobs that did not set their own."""
+LEADER_RETRY_S = RETRY_S
+"""How often a server that does not schedule tries to take the scheduler lock."""
+
+
+class Scheduler:
+    def __init__(self, services: Services, chores: Sequence[Callable[[], None]] = ()) -> None:
+        self.services = services
+        self.chores = tuple(chores)
+        """Called every round on the leader (each keeps its own pace), such as the sweep that
+        closes the debug sessions of servers that died (:mod:`api.debug.orphans`)."""
+        self.started_at = datetime.now(UTC)
+        self._deadlines_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self) -> None:
+        services = self.services
+        if services.projector.halted is not None:
+            return  # its decisions could not be shown; health says why
+        with services.metrics.scheduler_rounds.time():
+            self._round()
+
+    def _round(self) -> None:
+        services = self.services
+        self._lose_silent_nodes()
+        capacity = self._capacity()
+        waits = self._place(capacity)
+        self._take_pending(capacity, fast=not waits)
+        waits.update(self._explain_enqueued(capacity))
+        services.waits.replace(waits)
+        if time.monotonic() >= self._deadlines_at:
+            self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
+            self._end_overdue()
+        for chore in self.chores:
+            chore()
+        services.projector.catch_up()
+
+    # -- placing ----------------------------------------------------------------------------
+
+    def _place(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
+        services = self.services
+        waits: dict[str, dict[str, Any]] = {}
+        waiting = services.queries.jobs_in([Status.SCHEDULING])
+        seen: dict[str, str] | None = None  # when each node was last heard of, read once
+        for row in waiting:
+            waited = datetime.now(UTC) - datetime.fromisoformat(row["updated_at"])
+            decision = choose_node(
+                row["accels"], row["nodes"], list(capacity.values()),
+                waited.total_seconds(), services.settings.scheduling_patience_s,
+            )  # fmt: skip
+            job_id = UUID(row["id"])
+            if isinstance(decision, Assign):
+                self._assign(services.jobs.assign, job_id, row, decision, capacity)
+            elif isinstance(decision, Reject):
+                self._try(services.jobs.reject, job_id, decision.code, decision.message)
+            else:
+                seen = services.state.last_seen() if seen is None else seen
+                waits[row["id"]] = _scheduling_wait(row, decision, seen)
+        return waits
+
+    def _take_pending(self, capacity: dict[str, NodeCapacity], fast: bool) -> None:
+        """New jobs start scheduling; while no older job waits, one with room on nodes now is
+        placed in the same save (a burst of submissions is not two rounds each)."""
+        services = self.services
+        for row in services.queries.jobs_in([Status.PENDING]):
+            job_id = UUID(row["id"])
+            decision = None
+            if fast:
+                decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
+                                       0.0, services.settings.scheduling_patience_s)  # fmt: skip
+            if isinstance(decision, Assign) and self._assign(
+                services.jobs.schedule_onto, job_id, row, decision, capacity
+            ):
+                continue
+            fast = False  # it waits: those after it wait behind it
+            self._try(services.jobs.begin_scheduling, job_id)
+
+    def _assign(
+        self, command: Callable[..., object], job_id: UUID, row: dict[str, Any],
+        decision: Assign, capacity: dict[str, NodeCapacity],
+    ) -> bool:  # fmt: skip
+        """Place the job on the decision's nodes; count what it asks for there."""
+        nodes = [{"node_id": node.node_id, "node_name": node.name, "address": node.address}
+                 for node in decision.nodes]  # fmt: skip
+        if not self._try(command, job_id, decision.node_id, decision.node_name, nodes):
+            return False
+        for node in decision.nodes:
+            capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
+        return True
+
+    def _capacity(self) -> dict[str, NodeCapacity]:
+        services = self.services
+        live = services.state.live_nodes(services.settings.node_timeout_s)
+        load = services.queries.node_load()
+        capacity = {}
+        for row in services.queries.nodes():
+            held, queued = load.get(row["id"], (0, 0))
+            capacity[row["id"]] = NodeCapacity(
+                node_id=row["id"], name=row["name"], accels=int(row["accels"]),
+                busy_accels=held + queued, alive=row["id"] in live, address=row["address"],
+                held=held,
+            )  # fmt: skip
+        return capacity
+
+    # -- why jobs wait ----------------------------------------------------------------------
+
+    def _explain_enqueued(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
+        services = self.services
+        holders: dict[str, list[dict[str, Any]]] = {}
+        waits: dict[str, dict[str, Any]] = {}
+        for row in services.queries.jobs_in([Status.ENQUEUED]):
+            document = services.queries.job(row["id"])
+            if document is None:
+                continue
+            nodes = []
+            for placement in document.get("placements", []):
+                node_id = placement["node_id"]
+                if node_id not in holders:
+                    holders[node_id] = services.queries.holders(node_id)
+                nodes.append(_node_wait(row, placement, capacity.get(node_id), holders[node_id]))
+            waits[row["id"]] = _enqueued_wait(row, nodes)
+        return waits
+
+    # -- the fleet's truth ------------------------------------------------------------------
+
+    def _lose_silent_nodes(self) -> None:
+        services = self.services
+        timeout = services.settings.node_timeout_s
+        now = datetime.now(UTC)
+        if now - self.started_at < timedelta(seconds=timeout):
+            return  # a lease runs only while this server does: agents wait out its restart
+        seen = services.state.last_seen()
+        for row in services.queries.nodes():
+            last = seen.get(row["id"])
+            if last is not None and now - datetime.fromisoformat(last) < timedelta(seconds=timeout):
+                continue
+            job_ids = services.queries.jobs_on_node(row["id"])
+            if not job_ids:
+                continue
+            message = (
+                f"node {row['name']} was lost: last heard of at {last or 'no time'}, more than "
+                f"{timeout:g} s before {now.isoformat(timespec='seconds')}"
+            )
+            log.warning("%s; %d job(s) there", message, len(job_ids))
+            for job_id in job_ids:
+                self._try(services.jobs.node_lost, UUID(job_id), row["id"], message)
+
+    def _end_overdue(self) -> None:
+        services = self.services
+        confirm = services.settings.stop_confirm_timeout_s
+        now = datetime.now(UTC)
+        for row in services.queries.jobs_in([Status.STOP_IN_PROGRESS, Status.IN_PROGRESS]):
+            document = services.queries.job(row["id"])
+            if document is None:
+                continue
+            grace = document["spec"].get("stop_grace_s")
+            margin = (DEFAULT_STOP_GRACE_S if grace is None else grace) + confirm
+            job_id = UUID(row["id"])
+            if row["status"] == Status.STOP_IN_PROGRESS.value:
+                asked = datetime.fromisoformat((document.get("stop") or {}).get("requested_at")
+                                               or row["updated_at"])  # fmt: skip
+                if now - asked > timedelta(seconds=margin):
+                    nodes = ", ".join(p["node"] for p in document.get("placements", [])) or "-"
+                    self._try(services.jobs.fail_stop, job_id,
+                              f"no node confirmed the stop within {margin:g} s of the request; "
+                              f"the job's processes may still run on {nodes}")  # fmt: skip
+                continue
+            limit = document["spec"].get("time_limit_s")
+            started = document.get("started_at")
+            if limit and started and now - datetime.fromisoformat(started) > timedelta(
+                seconds=limit + margin
+            ):
+                self._try(services.jobs.fail_overdue, job_id,
+                          f"the job ran past its time limit of {human_duration(limit)} and its "
+                          f"node did not end it within {margin:g} s")  # fmt: skip
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _try(command: Callable[..., object], *args: object) -> bool:
+        """Run one command; another replica may have moved the job on already."""
+        try:
+            command(*args)
+        except DomainError as error:
+            log.info("scheduler skipped a job: %s", error)
+            return False
+        return True
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._follow_lock, name="scheduler", daemon=True)
+        self._thread.start()
+
+    def _follow_lock(self) -> None:
+        """Schedule while this server holds the scheduler lock; stand by and try to take it
+        about once a second otherwise (see :mod:`api.scheduling.leadership`)."""
+        lock = self.services.leader_lock
+        standing_by = False
+        try:
+            while not self._stop.is_set():
+                try:
+                    leads = lock.acquire()
+                except Exception:
+                    log.exception("taking the scheduler lock failed")
+                    leads = False
+                if leads:
+                    standing_by = False
+                    self._lead(lock)
+                    continue
+                if not standing_by:
+                    log.info("another server schedules; this one stands by to take over")
+                    standing_by = True
+                self._stop.wait(LEADER_RETRY_S)
+        finally:
+            self.services.scheduler_leader.clear()
+            lock.release()
+
+    def _lead(self, lock: LeaderLock) -> None:
+        log.info("this server schedules now (it holds the scheduler lock)")
+        # Node leases count from now: agents that talked to a replica that just died need
+        # their --node-timeout to find this one.
+        self.started_at = datetime.now(UTC)
+        self._deadlines_at = 0.0
+        self.services.scheduler_leader.set()
+        try:
+            self._loop(lock)
+        finally:
+            self.services.scheduler_leader.clear()
+            lock.release()
+
+    def _loop(self, lock: LeaderLock) -> None:
+        wakeup = self.services.settings.scheduler_interval_s
+        while not self._stop.is_set():
+            self.services.scheduler_wakeup.wait(wakeup)
+            # Wake-ups that come while a round runs, or right after, make one more round:
+            # a burst of reports is not a round each.
+            self._stop.wait(ROUND_GAP_S)
+            self.services.scheduler_wakeup.clear()
+            if self._stop.is_set():
+                return
+            if not lock.held():
+                log.warning("the scheduler lock is lost (its database connection broke): this "
+                            "server stops scheduling and tries to take the lock again")  # fmt: skip
+                return
+            try:
+                self.run_once()
+            except Exception as error:  # each round survives its own errors
+                if is_unavailable(error):
+                    log.warning("scheduling waits for the database: %s", error)
+                else:
+                    log.exception("scheduling round failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.services.scheduler_wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _scheduling_wait(row: dict[str, Any], decision: Wait, seen: dict[str, str]) -> dict[str, Any]:
+    """Why a job not placed yet waits (its place among them is counted when it is read: it
+    moves with every job placed before it)."""
+    return {
+        "reason": decision.reason,
+        "asked": {"accels": row["accels"], "nodes": row["nodes"]},
+        "nodes": [
+            {"node": node.name, "accels": node.accels, "alive": node.alive,
+             "last_heard": seen.get(node.node_id)}
+            for node in decision.candidates
+        ],  # fmt: skip
+    }
+
+
+def _node_wait(
+    row: dict[str, Any], placement: dict[str, Any], node: NodeCapacity | None,
+    holders: list[dict[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """One node an enqueued job waits on: who holds its accelerators, who is ahead in line."""
+    held_by = [
+        {"job": holder["name"], "accelerators": holder["allocated"]}
+        for holder in holders
+        if holder["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
+    ]
+    ahead = [
+        holder["name"] for holder in holders
+        if holder["status"] == Status.ENQUEUED.value and holder["job_id"] != row["id"]
+        and (holder["created_at"], holder["job_id"]) < (row["created_at"], row["id"])
+    ]  # fmt: skip
+    total = node.accels if node else 0
+    held = node.held if node else 0
+    return {"node": placement["node"], "accels": total, "free": max(total - held, 0),
+            "held_by": held_by, "ahead": ahead, "alive": bool(node and node.alive)}  # fmt: skip
+
+
+def _enqueued_wait(row: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    busy = [node for node in nodes if node["free"] < row["accels"] or node["ahead"]]
+    parts = []
+    for node in busy or nodes:
+        holders = ", ".join(h["job"] for h in node["held_by"]) or "no job"
+        part = f"{node['node']} has {node['free']} of {node['accels']} free (held by {holders})"
+        if node["ahead"]:
+            part += f", {len(node['ahead'])} job(s) ahead in line"
+        parts.append(part)
+    accels = f"{row['accels']} accelerator{'s' if row['accels'] != 1 else ''}"
+    return {
+        "reason": f"waits for {accels}: " + "; ".join(parts),
+        "asked": {"accels": row["accels"], "nodes": row["nodes"]},
+        "nodes": nodes,
+        "place": 1 + max((len(node["ahead"]) for node in nodes), default=0),
+    }

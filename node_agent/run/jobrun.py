@@ -1,0 +1,205 @@
+"""A job's entry point as processes: started through the shim, or found again by an agent that
+restarted; watched until it ends, and ended with every process of the job on a stop.
+
+The job's processes are those of the shim's process group and those whose environment holds
+the job's marker (``FLEXAI_JOB_MARKER``), so one that left the group with ``setsid`` is ended
+too. The shim outlives a SIGTERM to record how the entry point took it; it is spared the first
+SIGKILLs for the same reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from node_agent.models import JobDirs
+from node_agent.run import shim
+from node_agent.run.jobuser import JobUser
+from node_agent.run.processes import (
+    is_alive,
+    job_processes,
+    signal_group,
+    signal_pids,
+    sleep_until_exit,
+    started_at,
+)
+
+_POLL = 0.1
+_READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class JobRun:
+    """The running entry point of one job on this node."""
+
+    def __init__(
+        self,
+        dirs: JobDirs,
+        *,
+        shim_pid: int | None,
+        started: float,
+        popen: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        self.dirs = dirs
+        self.shim_pid = shim_pid
+        """The shim's pid, also its process group's; None when it is gone."""
+        self.started = started
+        """When the entry point started, in seconds since the epoch."""
+        self._popen = popen
+
+    @classmethod
+    def launch(
+        cls,
+        argv: Sequence[str],
+        *,
+        dirs: JobDirs,
+        env: Mapping[str, str],
+        python: str,
+        as_user: JobUser | None,
+        work_dir: Path,
+    ) -> JobRun:
+        """Start the entry point through the shim, its output appended to the job's log."""
+        shim_file = install_shim(work_dir)
+        log_fd = os.open(dirs.log_file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                [python, "-I", "-S", str(shim_file), str(dirs.exit_code_file),
+                 str(dirs.shim_pid_file), *argv],
+                cwd=dirs.repo,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,
+                **(as_user.popen_options() if as_user else {}),
+            )  # fmt: skip
+        finally:
+            os.close(log_fd)
+        return cls(dirs, shim_pid=popen.pid, started=time.time(), popen=popen)
+
+    @classmethod
+    def find(cls, dirs: JobDirs) -> JobRun | None:
+        """The job's processes that an agent now gone left running; None when none runs."""
+        shim_pid = read_number(dirs.shim_pid_file)
+        if shim_pid is not None and not is_alive(shim_pid, dirs.marker):
+            shim_pid = None  # gone, or the pid of another process by now
+        others = job_processes(dirs.marker)
+        if shim_pid is None and not others:
+            return None
+        starts = [started_at(pid) for pid in ([shim_pid] if shim_pid else others)]
+        known = [moment for moment in starts if moment is not None]
+        return cls(dirs, shim_pid=shim_pid, started=min(known, default=time.time()))
+
+    # -- watching ------------------------------------------------------------------------
+
+    def running(self) -> bool:
+        """Whether the entry point still runs (its shim waits for it)."""
+        if self._popen is not None:
+            return self._popen.poll() is None
+        if self.shim_pid is not None:
+            return is_alive(self.shim_pid, self.dirs.marker)
+        return bool(job_processes(self.dirs.marker))
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the entry point to end; True once it has."""
+        deadline = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() >= deadline:
+                return False
+            pause = min(_POLL, max(0.0, deadline - time.monotonic()))
+            if self.shim_pid is None or not sleep_until_exit(self.shim_pid, pause):
+                time.sleep(pause)  # woken at once by the shim's end where a pidfd tells it
+        return True
+
+    def returncode(self) -> int | None:
+        """How the entry point ended (``-N``: killed by signal N), as the shim wrote it; for a
+        shim that was itself killed first, how the shim ended; None when not known."""
+        code = read_number(self.dirs.exit_code_file, minimum=-64, maximum=255)
+        shim_code = self._popen.poll() if self._popen is not None else None
+        if code is None and shim_code is not None and shim_code < 0:
+            return shim_code
+        return code
+
+    def processes(self) -> list[int]:
+        """Every live process of the job, the shim included."""
+        self._reap()
+        return job_processes(self.dirs.marker, self.shim_pid)
+
+    # -- ending --------------------------------------------------------------------------
+
+    def end(self, grace: float, kill_wait: float = 10.0) -> list[int]:
+        """SIGTERM every process of the job, SIGKILL them after ``grace`` s; return the pids
+        still alive after that (stuck in the kernel)."""
+        if self.shim_pid is not None:
+            signal_group(self.shim_pid, signal.SIGTERM)
+        left = self.processes()
+        if not left:
+            return []  # the usual end: the entry point left nothing behind (one scan)
+        signal_pids(left, signal.SIGTERM)
+        if self._all_gone(grace):
+            return []
+        deadline = time.monotonic() + kill_wait
+        while (others := self._but_shim()) and time.monotonic() < deadline:
+            signal_pids(others, signal.SIGKILL)  # again and again: a child forked meanwhile
+            time.sleep(0.05)
+        # The shim records how the entry point ended, then ends too.
+        if not self._all_gone(min(2.0, max(0.5, deadline - time.monotonic()))):
+            signal_pids(self.processes(), signal.SIGKILL)
+            self._all_gone(1.0)
+        return self.processes()
+
+    def _but_shim(self) -> list[int]:
+        return [pid for pid in self.processes() if pid != self.shim_pid]
+
+    def _all_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.processes():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _reap(self) -> None:
+        if self._popen is not None:
+            self._popen.poll()  # the shim must not linger as a zombie
+
+
+def install_shim(work_dir: Path) -> Path:
+    """The shim's copy in the work directory (mode 0644 in a directory the job user may pass
+    through), wherever the agent's own package lies."""
+    target = work_dir / "shim.py"
+    source = Path(shim.__file__).read_bytes()
+    with contextlib.suppress(OSError):
+        if target.read_bytes() == source:
+            return target
+    partial = work_dir / f".shim-{os.getpid()}-{threading.get_ident()}"
+    partial.write_bytes(source)
+    partial.chmod(0o644)
+    os.replace(partial, target)
+    return target
+
+
+def read_number(path: Path, minimum: int = 1, maximum: int = 2**22) -> int | None:
+    """The number a small file of the job's directory holds; None when there is none. The job
+    owns that directory: a link or a FIFO it planted there is not followed nor waited on."""
+    try:
+        fd = os.open(path, _READ_NO_LINK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if minimum <= value <= maximum else None
