@@ -1,4 +1,5 @@
-"""The `flexai` command-line client: one module per subcommand, one HTTP client, one output
-module. `flexai server` and `flexai agent` are handed to ``api.server`` and
-``node_agent.main`` by module name when they run, the only link to them.
+"""The `flexai` command-line client: one module per subcommand, one HTTP client class
+(``cli.client``), one output package (``cli.output``). `flexai server` and `flexai agent` are
+handed to ``api.server`` and ``node_agent.main`` by module name when they run, the only link
+to them.
 Imports: common."""

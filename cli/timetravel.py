@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from cli.errors import CliError, UsageError
+from cli.output.formats import utc_iso
 
 if TYPE_CHECKING:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
 MOMENT_HELP = (
     "ISO 8601 (e.g. 2026-12-03T10:00:00Z; without an offset it is UTC), or a time ago: "
@@ -32,16 +33,6 @@ def parse_moment(text: str, now: datetime | None = None) -> datetime:
     except ValueError:
         raise UsageError(f"--at {text!r} is not a time: use {MOMENT_HELP}") from None
     return (now or datetime.now(UTC)) - timedelta(seconds=ago)
-
-
-def utc_iso(value: str | datetime | None) -> str:
-    """``2026-12-03T10:00:00Z``: UTC to the second; ``-`` when absent."""
-    if not value:
-        return "-"
-    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def job_named(client: ApiClient, name: str) -> tuple[dict[str, Any], str | None]:

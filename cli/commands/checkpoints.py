@@ -19,8 +19,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_checkpoints_table, render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.tables import render_checkpoints_table
 
     with ApiClient.from_config(owner=args.owner) as client:
         answer = client.list_checkpoints(args.name)

@@ -62,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
     from common.client_config import load_client_config
 
     config = load_client_config()

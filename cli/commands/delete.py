@@ -18,7 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
     with ApiClient.from_config(owner=args.owner) as client:
         answer = client.delete_job(args.name)

@@ -55,7 +55,7 @@ def _umask() -> int:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
     directory: Path = args.output_dir
     directory.mkdir(parents=True, exist_ok=True)
@@ -70,7 +70,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def _download(client: Any, name: str, index: int, directory: Path) -> None:
-    from cli.output import format_size
+    from cli.output.formats import format_size
 
     target = (directory / f"output_{index}.zip").resolve()
     size = 0

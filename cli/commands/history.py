@@ -27,8 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     import sys
 
-    from cli.client import ApiClient
-    from cli.output import audit_event_lines, audit_job_header, render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.ledger import audit_event_lines, audit_job_header
     from cli.timetravel import job_named
 
     with ApiClient.from_config(owner=args.owner) as client:

@@ -35,8 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_job, render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.jobs import render_job
 
     if args.at is not None or args.at_version is not None:
         return _past(args)
@@ -49,8 +50,9 @@ def execute(args: argparse.Namespace) -> int:
 def _past(args: argparse.Namespace) -> int:
     import sys
 
-    from cli.client import ApiClient
-    from cli.output import render_json, render_past_job
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.ledger import render_past_job
     from cli.timetravel import job_named, parse_moment
 
     at = None if args.at is None else parse_moment(args.at).isoformat()

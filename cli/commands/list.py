@@ -49,8 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_jobs_table, render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.tables import render_jobs_table
 
     filters: dict[str, Any] = {"statuses": args.status, "name_prefix": args.name_prefix}
     owner = "*" if args.all_users else args.owner

@@ -23,7 +23,7 @@ def execute(args: argparse.Namespace) -> int:
     import getpass
     import os
 
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
     from cli.errors import CliError
     from common.client_config import ClientConfig, ConfigError, config_path, read_client_file
 

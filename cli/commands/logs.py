@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
     out = sys.stdout.buffer
     with ApiClient.from_config(owner=args.owner) as client:

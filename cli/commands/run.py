@@ -280,8 +280,8 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
 def execute(args: argparse.Namespace) -> int:
     job = build_job(args)
 
-    from cli.client import ApiClient
-    from cli.output import render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
         created = client.create_job(job)

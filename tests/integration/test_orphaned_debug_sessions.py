@@ -20,7 +20,7 @@ from api.http.app import create_app
 from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
-from cli.output import history_lines
+from cli.output.jobs import history_lines
 from domain.model import event_facts, event_name, scheduler, user
 from projections.views import VIEW_TABLES
 from tests.integration.conftest import Lifecycle

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from api.http import deps
-from cli.client import ApiClient
+from cli.client.api import ApiClient
 from domain.model import user
 from tests.integration import test_time_travel
 from tests.integration.test_time_travel import SPEC, Api

@@ -18,7 +18,7 @@ from api.http.app import create_app
 from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from cli.client import ApiClient
+from cli.client.api import ApiClient
 from cli.main import main
 from domain.model import EVENT_STATUS
 from tests.integration.test_api_problems import SPEC, assert_problem

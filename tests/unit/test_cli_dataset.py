@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from cli.client import ApiClient
+from cli.client.api import ApiClient
 from cli.commands.dataset.archive import ZipStream, scan
 from cli.errors import CliError
 from cli.main import main
-from cli.output import job_detail, render_dataset, render_datasets_table
+from cli.output.datasets import render_dataset, render_datasets_table
+from cli.output.jobs import job_detail
 from tests.unit.test_cli_main import HEAVY, modules_loaded_by
 
 HASH = "4706193e3ba944db56cc598e9fe6c9678292e87512332625dc334bef32d85229"

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-import cli.client
+import cli.client.http
 from cli.main import main
 
 PROBLEM = "application/problem+json"
@@ -122,7 +122,7 @@ def plane(
     monkeypatch.setenv("FLEXAI_CONFIG", str(tmp_path / "absent-config.json"))
     monkeypatch.setenv("FLEXAI_API_URL", server.url)
     monkeypatch.setenv("FLEXAI_TOKEN", TOKEN)
-    monkeypatch.setattr(cli.client, "RETRY_DELAY", 0.01)
+    monkeypatch.setattr(cli.client.http, "RETRY_DELAY", 0.01)
     return server
 
 

@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
-from cli.output import (
-    format_duration,
-    format_size,
-    format_timestamp,
-    render_checkpoints_table,
-    render_job,
-    render_jobs_table,
-    render_table,
-    render_yaml,
-)
+from cli.output.formats import format_duration, format_size, format_timestamp
+from cli.output.jobs import render_job
+from cli.output.tables import render_checkpoints_table, render_jobs_table, render_table
+from cli.output.yaml_like import render_yaml
 
 
 @pytest.fixture

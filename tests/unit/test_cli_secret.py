@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cli.client import ApiClient
+from cli.client.api import ApiClient
 from cli.main import main
-from cli.output import render_secrets_table
+from cli.output.tables import render_secrets_table
 from tests.unit.test_cli_main import HEAVY, modules_loaded_by
 
 VALUE = "hf_s3cr3t value"

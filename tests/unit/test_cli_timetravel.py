@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cli.errors import UsageError
-from cli.output import audit_event_lines
-from cli.timetravel import parse_moment, utc_iso
+from cli.output.formats import utc_iso
+from cli.output.ledger import audit_event_lines
+from cli.timetravel import parse_moment
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

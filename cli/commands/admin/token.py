@@ -32,8 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_json, render_table
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.tables import render_table
 
     with ApiClient.from_config() as client:
         if args.action == "create":

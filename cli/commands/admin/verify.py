@@ -36,8 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_json
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
         answer = client.admin_verify(args.expect_digest)

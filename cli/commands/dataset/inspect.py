@@ -19,8 +19,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_dataset, render_json
+    from cli.client.api import ApiClient
+    from cli.output.datasets import render_dataset
+    from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
         dataset = client.get_dataset(args.name)

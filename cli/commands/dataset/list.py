@@ -16,8 +16,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_datasets_table, render_json
+    from cli.client.api import ApiClient
+    from cli.output.datasets import render_datasets_table
+    from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
         answer = client.list_datasets()

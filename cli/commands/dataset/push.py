@@ -21,10 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
     from cli.commands.dataset.archive import ZipStream, scan
     from cli.errors import CliError
-    from cli.output import render_pushed_dataset
+    from cli.output.datasets import render_pushed_dataset
 
     scanned = scan(args.path)
     if scanned.left_out:

@@ -61,7 +61,7 @@ def read_value(name: str) -> str:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
     value = read_value(args.name)
     with ApiClient.from_config() as client:

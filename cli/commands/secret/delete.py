@@ -16,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
+    from cli.client.api import ApiClient
 
     with ApiClient.from_config() as client:
         client.delete_secret(args.name)

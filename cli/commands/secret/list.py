@@ -12,8 +12,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client import ApiClient
-    from cli.output import render_json, render_secrets_table
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+    from cli.output.tables import render_secrets_table
 
     with ApiClient.from_config() as client:
         answer = client.list_secrets()

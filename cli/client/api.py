@@ -1,36 +1,19 @@
-"""The one HTTP client of the CLI: the "Users" routes of the control plane API.
-
-Every answer that is not a success becomes a :class:`CliError` carrying the problem's
-``detail``; every transport failure becomes a :class:`CliError` that says what to check.
-"""
+"""The one client class of the CLI: a method per route of the control plane's "Users" API
+(jobs, debug sessions, datasets, secrets, users and tokens, the audit ledger), on the HTTP
+mechanics of :mod:`cli.client.http`."""
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from cli.errors import CliError
+from cli.client.http import HttpSession
 from common.client_config import load_client_config
 
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
-# A followed log may stay quiet for long: a read timeout only makes the client reconnect
-# at the offset it reached, so nothing is lost or repeated.
-FOLLOW_TIMEOUT = httpx.Timeout(30.0, connect=10.0, read=60.0)
-FOLLOW_RETRIES = 5
-RETRY_DELAY = 1.0
-PROBLEM_MEDIA_TYPE = "application/problem+json"
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
-
-
-_OWNED_PATHS = ("/v1/jobs", "/v1/audit/jobs")
-"""The routes an admin's ``owner`` applies to."""
-POSITION_HEADER = "X-Flexai-Position"
-MIN_POSITION_HEADER = "X-Flexai-Min-Position"
 
 
 def _segment(value: str | int) -> str:
@@ -38,44 +21,8 @@ def _segment(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
-class ApiClient:
+class ApiClient(HttpSession):
     """Talks to the control plane's ``/v1`` "Users" routes with a bearer token."""
-
-    def __init__(
-        self,
-        api_url: str,
-        token: str,
-        *,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        owner: str | None = None,
-    ) -> None:
-        self.api_url = api_url.rstrip("/")
-        self.owner = owner
-        """Whose jobs the job routes act on (an admin's ``--owner``); None: the caller's."""
-        self._http = httpx.Client(
-            base_url=self.api_url,
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/json",
-                "User-Agent": "flexai-cli",
-            },
-            timeout=timeout,
-            event_hooks={"request": [self._ask_position], "response": [self._note_position]},
-        )
-        self.position = 0
-        """The ledger position of this client's last write: later reads wait for it, on
-        whichever replica answers them (``X-Flexai-Min-Position``)."""
-
-    def _ask_position(self, request: httpx.Request) -> None:
-        if self.position:
-            request.headers[MIN_POSITION_HEADER] = str(self.position)
-        if self.owner is not None and request.url.path.startswith(_OWNED_PATHS):
-            request.url = request.url.copy_merge_params({"owner": self.owner})
-
-    def _note_position(self, response: httpx.Response) -> None:
-        value = response.headers.get(POSITION_HEADER, "")
-        if value.isdigit():
-            self.position = max(self.position, int(value))
 
     @classmethod
     def from_config(cls, owner: str | None = None) -> ApiClient:
@@ -83,15 +30,6 @@ class ApiClient:
         file); with ``owner``, acting on that user's jobs (admins)."""
         config = load_client_config()
         return cls(config.api_url, config.token, owner=owner)
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> ApiClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -149,34 +87,11 @@ class ApiClient:
         line was sent. If the connection breaks on the way, reconnect at the byte reached.
         """
         path = f"/v1/jobs/{_segment(name)}/logs"
-        failures = 0
-        while True:
-            params = {"offset": str(offset), "follow": "true" if follow else "false"}
-            if node_index:
-                params["node_index"] = str(node_index)
-            connected = False
-            try:
-                with self._open(
-                    "GET", path, params=params, timeout=FOLLOW_TIMEOUT if follow else None
-                ) as response:
-                    connected = True
-                    for chunk in response.iter_bytes():
-                        failures = 0
-                        offset += len(chunk)
-                        yield chunk
-                if not follow or self._status(name) in TERMINAL_STATUSES:
-                    return
-                # the server ended the stream early (it restarts): resume where we are
-                time.sleep(RETRY_DELAY)
-            except httpx.ReadTimeout as error:
-                if not (follow and connected):
-                    raise self._transport_error(error) from error
-                # the job is quiet: ask again from where we are
-            except httpx.TransportError as error:
-                failures += 1
-                if not follow or failures > FOLLOW_RETRIES:
-                    raise self._transport_error(error) from error
-                time.sleep(RETRY_DELAY)
+        params = {"node_index": str(node_index)} if node_index else {}
+        yield from self._resumed_stream(
+            path, params, offset=offset, follow=follow,
+            finished=lambda: self._status(name) in TERMINAL_STATUSES,
+        )  # fmt: skip
 
     def _status(self, name: str) -> str:
         """The job's status; a transport failure is raised as is (a follower retries it)."""
@@ -307,104 +222,3 @@ class ApiClient:
         return self._json("GET", f"/v1/audit/jobs/{_segment(job_id)}/state",
                           params={key: value for key, value in params.items()
                                   if value is not None})  # fmt: skip
-
-    # --- plumbing ------------------------------------------------------------------------
-
-    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        with self._translated():
-            response = self._http.request(method, path, **kwargs)
-        self._raise_for_problem(response)
-        try:
-            data = response.json()
-        except ValueError as error:
-            raise CliError(
-                f"the control plane at {self.api_url} answered {method} {path} with something "
-                f"that is not JSON (HTTP {response.status_code}); is FLEXAI_API_URL right?"
-            ) from error
-        if not isinstance(data, dict):
-            raise CliError(f"unexpected answer to {method} {path}: {data!r:.200}")
-        return data
-
-    @contextlib.contextmanager
-    def _open(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, str] | None = None,
-        timeout: httpx.Timeout | None = None,
-    ) -> Iterator[httpx.Response]:
-        """A streamed answer whose status was checked; its body is not read yet."""
-        extra: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
-        with self._http.stream(method, path, params=params, **extra) as response:
-            if not response.is_success:
-                response.read()
-                self._raise_for_problem(response)
-            yield response
-
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except httpx.TransportError as error:
-            raise self._transport_error(error) from error
-
-    def _transport_error(self, error: httpx.TransportError) -> CliError:
-        if isinstance(error, httpx.ConnectError):
-            return CliError(
-                f"cannot reach the control plane at {self.api_url}: is `flexai server` "
-                f"running? (set FLEXAI_API_URL)"
-            )
-        if isinstance(error, httpx.TimeoutException):
-            return CliError(
-                f"the control plane at {self.api_url} did not answer in time; try again"
-            )
-        if isinstance(error, httpx.UnsupportedProtocol):
-            return CliError(
-                f"the API URL {self.api_url!r} is not an http:// or https:// URL "
-                f"(set FLEXAI_API_URL)"
-            )
-        reason = str(error) or type(error).__name__
-        return CliError(f"the connection to the control plane at {self.api_url} failed: {reason}")
-
-    @staticmethod
-    def _raise_for_problem(response: httpx.Response) -> None:
-        if response.is_success:
-            return
-        raise problem_error(response)
-
-
-def problem_error(response: httpx.Response) -> CliError:
-    """The CliError for a failed answer: the problem's detail, else its title, else the text."""
-    status = response.status_code
-    problem: Any = None
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = None
-    if isinstance(problem, dict):
-        detail = problem.get("detail")
-        title = problem.get("title")
-        problem_type = str(problem.get("type") or "")
-        slug = problem_type.rsplit("/", 1)[-1] if problem_type else None
-        if isinstance(detail, list):  # a framework's validation error list, not RFC 9457
-            detail = "; ".join(_validation_message(item) for item in detail)
-        message = str(detail or title or f"the control plane answered HTTP {status}")
-        return CliError(
-            " ".join(message.split()),
-            title=str(title) if title else None,
-            status=status,
-            slug=slug,
-        )
-    text = " ".join(response.text.split())[:200]
-    reason = response.reason_phrase or "error"
-    suffix = f": {text}" if text else ""
-    return CliError(f"the control plane answered HTTP {status} {reason}{suffix}", status=status)
-
-
-def _validation_message(item: Any) -> str:
-    if isinstance(item, dict):
-        where = ".".join(str(part) for part in item.get("loc", []) if part != "body")
-        message = item.get("msg", "invalid")
-        return f"{where}: {message}" if where else str(message)
-    return str(item)
