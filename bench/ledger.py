@@ -42,15 +42,13 @@ import itertools
 import json
 import pstats
 import random
-import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,23 +59,28 @@ for entry in (HERE.parent, HERE):  # the project's packages, and bench/logpath.p
         sys.path.insert(0, str(entry))
 
 import logpath  # noqa: E402
+from logbench import bench_files  # noqa: E402
 from logpath import timed  # noqa: E402
+from stores import (  # noqa: E402
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    Table,
+    micros,
+    rate,
+)
 
 from api.artifacts.store import LocalArtifactStore  # noqa: E402
 from api.settings import Settings  # noqa: E402
+from domain.actors import user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from domain.model import user  # noqa: E402
-from projections.db import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.queries import Queries  # noqa: E402
-from projections.views import VIEW_TABLES as VIEWS  # noqa: E402
 
 OWNER = "alice"
 NODE_NAME = "bench-node-01"
-VIEW_TABLES = ("projection_tracking", "view_schema", *VIEWS)
 READ_CALLS = 200
 WRITE_SLICES = 10
-LOG_ROUNDS = 5  # log rounds per repeat: each takes only milliseconds
 
 SPEC: dict[str, Any] = {
     "repository_url": "https://github.com/example/spiral-classifier.git",
@@ -92,210 +95,6 @@ SPEC: dict[str, Any] = {
     "entry_point": ["train.py", "--lr", "0.01", "--epochs", "10"],
 }
 COMMIT = "3f9a6c1e0b7d4a2f8e5c9b1d0a6f3e7c2b8d4a1f"
-
-
-# -- measuring ----------------------------------------------------------------------------
-
-
-class Table:
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, str]] = []
-
-    def section(self, title: str) -> None:
-        self.rows.append((f"[{title}]", "", "", ""))
-
-    def add(self, measure: str, value: str, baseline: str, ratio: float | None) -> None:
-        self.rows.append((measure, value, baseline, "" if ratio is None else f"{ratio:.2f}x"))
-
-    def render(self) -> str:
-        header = ("measure", "value", "baseline", "ratio")
-        widths = [max(len(row[i]) for row in [header, *self.rows]) for i in range(4)]
-        lines = []
-        for index, row in enumerate([header, *self.rows]):
-            cells = [row[0].ljust(widths[0])] + [row[i].rjust(widths[i]) for i in (1, 2, 3)]
-            lines.append("  ".join(cells).rstrip())
-            if index == 0:
-                lines.append("  ".join("-" * width for width in widths))
-        return "\n".join(lines)
-
-
-def rate(count: int, seconds: float, unit: str = "ev/s") -> str:
-    return f"{count / seconds:,.0f} {unit}"
-
-
-def micros(seconds: float) -> str:
-    return f"{seconds * 1e6:,.1f} us"
-
-
-# -- stores -------------------------------------------------------------------------------
-
-
-class Store:
-    """One kind of database: fresh ledgers, raw driver access for the baselines."""
-
-    name: str
-
-    @contextmanager
-    def fresh(self) -> Iterator[tuple[Settings, Path]]:
-        raise NotImplementedError
-
-    def mean_payload(self, url: str) -> int:
-        raise NotImplementedError
-
-    @contextmanager
-    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
-        """A scratch table in the same file/database, and a function that inserts rows into
-        it one transaction per row, returning the seconds that took."""
-        raise NotImplementedError
-        yield
-
-    @contextmanager
-    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
-        raise NotImplementedError
-        yield
-
-    @contextmanager
-    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
-        raise NotImplementedError
-        yield
-
-
-class SQLiteStore(Store):
-    name = "sqlite"
-
-    @contextmanager
-    def fresh(self) -> Iterator[tuple[Settings, Path]]:
-        with tempfile.TemporaryDirectory(prefix="flexai-bench-") as tmp:
-            yield Settings(data_dir=Path(tmp)), Path(tmp)
-
-    @staticmethod
-    def _path(url: str) -> str:
-        return url.removeprefix("sqlite:///")
-
-    def mean_payload(self, url: str) -> int:
-        with sqlite3.connect(self._path(url)) as connection:
-            (size,) = connection.execute("SELECT AVG(LENGTH(state)) FROM stored_events").fetchone()
-        return int(size)
-
-    @contextmanager
-    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
-        # Same file as the ledger (so same WAL mode), default synchronous, autocommit driver.
-        connection = sqlite3.connect(self._path(url), isolation_level=None, timeout=30)
-        connection.execute("DROP TABLE IF EXISTS bench_scratch")
-        connection.execute(
-            "CREATE TABLE bench_scratch (id INTEGER PRIMARY KEY, topic TEXT, state BLOB)"
-        )
-
-        def insert(payloads: list[bytes]) -> float:
-            def insert_all() -> None:
-                for payload in payloads:
-                    connection.execute("BEGIN")
-                    connection.execute(
-                        "INSERT INTO bench_scratch (topic, state) VALUES (?, ?)",
-                        ("bench:Event", payload),
-                    )
-                    connection.execute("COMMIT")
-
-            return timed(insert_all)
-
-        try:
-            insert([b"{}"] * 5)  # warm up
-            yield insert
-        finally:
-            connection.execute("DROP TABLE IF EXISTS bench_scratch")
-            connection.close()
-
-    @contextmanager
-    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
-        connection = sqlite3.connect(self._path(url), isolation_level=None)
-        try:
-            yield lambda: connection.execute("SELECT 1").fetchone()
-        finally:
-            connection.close()
-
-    @contextmanager
-    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
-        view_url = f"sqlite:///{work / f'views-{tag}.sqlite3'}"
-        database = open_database(view_url)
-        try:
-            yield database, view_url
-        finally:
-            database.close()
-
-
-class PostgresStore(Store):
-    name = "postgres"
-
-    @contextmanager
-    def fresh(self) -> Iterator[tuple[Settings, Path]]:
-        from tests.pg import fresh_database
-
-        with tempfile.TemporaryDirectory(prefix="flexai-bench-") as tmp, fresh_database(
-            prefix="bench"
-        ) as url:
-            yield Settings(data_dir=Path(tmp), database_url=url), Path(tmp)
-
-    def mean_payload(self, url: str) -> int:
-        import psycopg
-
-        with psycopg.connect(url) as connection:
-            row = connection.execute(
-                "SELECT AVG(octet_length(state)) FROM flexai_events"
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    @contextmanager
-    def raw_inserter(self, url: str) -> Iterator[Callable[[list[bytes]], float]]:
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute("DROP TABLE IF EXISTS bench_scratch")
-            admin.execute(
-                "CREATE TABLE bench_scratch (id BIGSERIAL PRIMARY KEY, topic TEXT, state BYTEA)"
-            )
-        connection = psycopg.connect(url)  # autocommit off: BEGIN, INSERT, COMMIT per row
-
-        def insert(payloads: list[bytes]) -> float:
-            def insert_all() -> None:
-                for payload in payloads:
-                    connection.execute(
-                        "INSERT INTO bench_scratch (topic, state) VALUES (%s, %s)",
-                        ("bench:Event", payload),
-                    )
-                    connection.commit()
-
-            return timed(insert_all)
-
-        try:
-            insert([b"{}"] * 5)  # warm up
-            yield insert
-        finally:
-            connection.close()
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute("DROP TABLE IF EXISTS bench_scratch")
-
-    @contextmanager
-    def raw_select_one(self, url: str) -> Iterator[Callable[[], Any]]:
-        import psycopg
-
-        connection = psycopg.connect(url, autocommit=True)
-        try:
-            yield lambda: connection.execute("SELECT 1").fetchone()
-        finally:
-            connection.close()
-
-    @contextmanager
-    def view_database(self, url: str, work: Path, tag: str) -> Iterator[Any]:
-        import psycopg
-
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f"DROP TABLE IF EXISTS {', '.join(VIEW_TABLES)}")  # type: ignore[arg-type]
-        database = open_database(url)
-        try:
-            yield database, url
-        finally:
-            database.close()
 
 
 # -- step 1: the ledger write path ---------------------------------------------------------
@@ -477,57 +276,6 @@ def bench_read(
     return result
 
 
-# -- step 4: the log path -------------------------------------------------------------------
-
-
-def bench_log(repeats: int) -> dict[str, float]:
-    chunks = logpath.log_chunks()
-    store_write: list[float] = []
-    store_read: list[float] = []
-    plain_write: list[float] = []
-    plain_read: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="flexai-bench-log-") as tmp:
-        store = LocalArtifactStore(Path(tmp) / "artifacts")
-        for repeat in range(repeats * LOG_ROUNDS):
-            job_id = str(uuid.uuid4())
-            plain = Path(tmp) / "plain" / f"{repeat}.txt"
-            rounds = [
-                (partial(logpath.store_round, store, job_id, chunks), store_write, store_read),
-                (partial(logpath.plain_round, plain, chunks), plain_write, plain_read),
-            ]
-            if repeat % 2:
-                rounds.reverse()
-            for run, writes, reads in rounds:
-                write_s, read_s = run()
-                writes.append(write_s)
-                reads.append(read_s)
-        rss_store = log_rss_child("store", Path(tmp) / "rss-store")
-        rss_plain = log_rss_child("plain", Path(tmp) / "rss-plain")
-    return {
-        "bytes": float(sum(map(len, chunks))),
-        "chunks": float(len(chunks)),
-        "store_write": statistics.median(store_write),
-        "store_read": statistics.median(store_read),
-        "plain_write": statistics.median(plain_write),
-        "plain_read": statistics.median(plain_read),
-        "rss_store": rss_store,
-        "rss_plain": rss_plain,
-    }
-
-
-def log_rss_child(mode: str, directory: Path) -> float:
-    """Peak RSS growth of one log write+read round, in a fresh, lightly loaded process."""
-    # Through sh, which forks again: Linux carries ru_maxrss across exec, so a child exec'd
-    # straight from this (large) process would start with this process's peak and show none.
-    output = subprocess.run(
-        ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, logpath.__file__, mode, str(directory)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return float(json.loads(output.strip().splitlines()[-1])["rss_growth"])
-
-
 # -- the run --------------------------------------------------------------------------------
 
 
@@ -558,24 +306,6 @@ def bench_store(store: Store, job_count: int, repeats: int, table: Table) -> Non
               select1, read["list"] / read["select1"])
     table.add("read: job_by_name", micros(read["by_name"]), select1,
               read["by_name"] / read["select1"])
-
-
-def bench_files(repeats: int, table: Table) -> None:
-    log = bench_log(repeats)
-    size = log["bytes"]
-    table.section(
-        f"files: {logpath.LOG_LINES} lines, {size / 1024:,.0f} KiB in {int(log['chunks'])} chunks"
-    )
-    table.add("log: append_log (256 KiB chunks)", rate(int(size), log["store_write"] * 2**20,
-              "MiB/s"), rate(int(size), log["plain_write"] * 2**20, "MiB/s"),
-              log["store_write"] / log["plain_write"])
-    table.add("log: read_log (1 MiB chunks)", rate(int(size), log["store_read"] * 2**20,
-              "MiB/s"), rate(int(size), log["plain_read"] * 2**20, "MiB/s"),
-              log["store_read"] / log["plain_read"])
-    table.add("log: peak RSS growth / bytes written", f"{log['rss_store'] / 1024:,.0f} KiB",
-              f"{size / 1024:,.0f} KiB", log["rss_store"] / size)
-    table.add("log: same, plain write+read", f"{log['rss_plain'] / 1024:,.0f} KiB",
-              f"{size / 1024:,.0f} KiB", log["rss_plain"] / size)
 
 
 def profile_step(step: str, store: Store, job_count: int) -> None:

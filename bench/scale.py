@@ -50,8 +50,8 @@ for entry in (ROOT, HERE):
         sys.path.insert(0, str(entry))
 
 from api.settings import Settings  # noqa: E402
+from domain.actors import user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from domain.model import user  # noqa: E402
 from projections.db import LedgerListener, PostgresDatabase, open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.rebuild import Rebuilder  # noqa: E402

@@ -47,8 +47,10 @@ if str(ROOT) not in sys.path:
 
 from api.http.cursors import encode_cursor  # noqa: E402
 from api.settings import Settings  # noqa: E402
+from domain.actors import scheduler, user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from domain.model import JobName, TrainingJob, scheduler, user  # noqa: E402
+from domain.job import TrainingJob  # noqa: E402
+from domain.job_name import JobName  # noqa: E402
 from projections.db import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Accelerators handed out by the control plane, in the ledger: one unit of work per command.
 
 A job starts when every node of it is built and each of those nodes can give it the
-accelerators it asks for; the indices are taken from the :class:`~domain.model.Node`
+accelerators it asks for; the indices are taken from the :class:`~domain.node.Node`
 aggregates and saved in the same transaction as the job's ``Started`` event, so two jobs never
 hold the same index, even with several server replicas (the second save conflicts, is retried,
 and sees the indices taken). A built job that cannot start yet is ``enqueued`` and lines up on
@@ -17,7 +17,10 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from domain.model import Node, Status, TrainingJob, scheduler
+from domain.actors import scheduler
+from domain.job import TrainingJob
+from domain.node import Node
+from domain.statuses import Status
 
 HOLDS_ACCELERATORS = frozenset({Status.IN_PROGRESS, Status.STOP_IN_PROGRESS})
 

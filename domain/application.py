@@ -13,55 +13,29 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import JSONTranscoder, RecordConflictError
 
+from domain.actors import Actor, agent, scheduler
 from domain.allocation import UnitOfWork
 from domain.datasets import Dataset
-from domain.model import (
-    NAMESPACE,
-    Actor,
-    DomainError,
-    IllegalTransition,
-    JobDeleted,
-    JobName,
-    Node,
-    Status,
-    TrainingJob,
-    agent,
-    scheduler,
-)
+from domain.errors import DomainError, IllegalTransition, JobDeleted
+from domain.history import PastJob, version_at
+from domain.ids import NAMESPACE
+from domain.job import TrainingJob
+from domain.job_name import JobName
+from domain.node import Node
+from domain.reports import apply_report, report_facts, reporting_node
+from domain.statuses import Status
+from domain.topics import register_old_topics
 from domain.transcodings import SetAsList
 
 T = TypeVar("T")
 CONFLICT_RETRIES = 8
 
+register_old_topics()  # before this application reads a ledger written before the split
+
 
 class JobNotFound(DomainError):
     def __init__(self, what: str) -> None:
         super().__init__(f"no job {what}; `flexai training list` shows your jobs")
-
-
-class WrongNode(DomainError):
-    pass
-
-
-class BeforeJobCreated(DomainError):
-    """A moment before the job's first event."""
-
-    def __init__(self, job_id: UUID, at: datetime, created_at: datetime) -> None:
-        self.created_at = created_at
-        super().__init__(
-            f"job {job_id} did not exist yet at {at.isoformat()}: it was created at "
-            f"{created_at.isoformat()}; ask for that moment or a later one"
-        )
-
-
-class VersionOutOfRange(DomainError):
-    """A version the job's history does not hold."""
-
-    def __init__(self, job_id: UUID, version: int, latest: int) -> None:
-        self.latest = latest
-        super().__init__(
-            f"job {job_id} has no version {version}: its versions run from 1 to {latest}"
-        )
 
 
 @dataclass(frozen=True)
@@ -71,26 +45,6 @@ class Outcome:
 
     job_id: UUID
     position: int | None
-
-
-@dataclass(frozen=True)
-class PastJob:
-    """A job as the ledger held it at one version: the aggregate folded up to that event."""
-
-    job: TrainingJob
-    event: DomainEvent
-    """The event that made this version."""
-    latest: int
-    created_at: datetime
-
-
-# The status an agent report leads to; a resend finds the job there already.
-REPORT_STATUS = {
-    "build_failed": Status.FAILED,
-    "failed": Status.FAILED,
-    "stopped": Status.STOPPED,
-    "stop_failed": Status.STOP_FAILED,
-}
 
 
 class TrainingJobs(Application[UUID]):
@@ -235,17 +189,10 @@ class TrainingJobs(Application[UUID]):
         events = self.history(job_id)
         if owner is not None and getattr(events[0], "owner", None) != owner:
             raise JobNotFound(f"with id {job_id}")
-        created_at, latest = events[0].timestamp, events[-1].originator_version
-        if at is not None:
-            reached = [event for event in events if event.timestamp <= at]
-            if not reached:
-                raise BeforeJobCreated(job_id, at, created_at)
-            version = reached[-1].originator_version
-        version = latest if version is None else version
-        if not 1 <= version <= latest:
-            raise VersionOutOfRange(job_id, version, latest)
+        version = version_at(job_id, events, version, at)
         job: TrainingJob = self.repository.get(job_id, version=version)
-        return PastJob(job, events[version - 1], latest, created_at)
+        return PastJob(job, events[version - 1], events[-1].originator_version,
+                       events[0].timestamp)  # fmt: skip
 
     def open_debug_session(
         self, job_id: UUID, session_id: str, node_index: int, key_fingerprint: str, by: Actor,
@@ -367,20 +314,6 @@ class TrainingJobs(Application[UUID]):
 
         return str(node_id), self._retrying(run)
 
-    def _assigned_job(
-        self, job: TrainingJob, node_id: str, node_index: int | None = None
-    ) -> tuple[int, Actor]:
-        """The index of the reporting node in ``job`` (which must be placed there), and the
-        agent as actor."""
-        index = job.placement_index(node_id, node_index)
-        if index is None:
-            raise WrongNode(
-                f"job '{job.name}' is not assigned to node {node_id}"
-                + (f" as node index {node_index}" if node_index is not None else "")
-                + "; drop it and take the node's current assignments"
-            )
-        return index, agent(job.placements[index]["node_name"])
-
     def report(self, job_id: UUID, node_id: str, report: dict[str, Any]) -> Outcome:
         """Apply an agent's report once: a resend of a recorded report changes nothing. A
         report the job's status refuses is kept for audit (``ReportRefused``), then refused."""
@@ -389,9 +322,9 @@ class TrainingJobs(Application[UUID]):
         def run() -> Outcome:
             work = self._work()
             job = work.job(job_id)
-            index, by = self._assigned_job(job, node_id, report.get("node_index"))
+            index, by = reporting_node(job, node_id, report.get("node_index"))
             node_ids = [placement["node_id"] for placement in job.placements]
-            if not _apply_report(job, kind, report, by, index):
+            if not apply_report(job, kind, report, by, index):
                 return Outcome(job_id, None)
             if kind == "built":
                 work.try_start(job)
@@ -409,9 +342,8 @@ class TrainingJobs(Application[UUID]):
     ) -> None:
         def run() -> Outcome:
             job = self.job(job_id)
-            index, by = self._assigned_job(job, node_id, report.get("node_index"))
-            facts = {key: value for key, value in report.items()
-                     if key not in ("type", "node_id", "node_index") and value is not None}
+            index, by = reporting_node(job, node_id, report.get("node_index"))
+            facts = report_facts(report)
             if not job.note_refused_report(report["type"], index, str(refusal), facts, by):
                 return Outcome(job_id, None)
             return self._save(job_id, job)
@@ -424,7 +356,7 @@ class TrainingJobs(Application[UUID]):
     ) -> Outcome:
         def run() -> Outcome:
             job = self.job(job_id)
-            _, by = self._assigned_job(job, node_id, checkpoint.get("node_index"))
+            _, by = reporting_node(job, node_id, checkpoint.get("node_index"))
             if not job.record_checkpoint(checkpoint, by=by):
                 return Outcome(job_id, None)
             return self._save(job_id, job)
@@ -458,43 +390,3 @@ def checkpoint_id(job_id: UUID, name: str, node_index: int = 0) -> str:
     checkpoint, and two nodes of a job writing one name keep two checkpoints."""
     node = "" if node_index == 0 else f"\x00{node_index}"
     return str(uuid5(NAMESPACE, f"checkpoint\x00{job_id}\x00{name}{node}"))
-
-
-def _apply_report(
-    job: TrainingJob, kind: str, report: dict[str, Any], by: Actor, index: int
-) -> bool:
-    """Apply one report of node ``index``; False when it is a resend that changes nothing."""
-    if kind == "logs_unavailable":
-        return job.note_logs_unavailable(
-            report["message"], report["offset"], report["written"], by=by
-        )
-    if kind == "built":
-        return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
-    if _already_recorded(job, kind, report, index):
-        return False
-    if kind == "build_failed":
-        job.fail_build(code=report["code"], message=report["message"],
-                       commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
-    elif kind == "exited":
-        job.finish(exit_code=int(report["exit_code"]), by=by, node_index=index)
-    elif kind == "failed":
-        job.fail(code=report["code"], message=report["message"], by=by, node_index=index)
-    elif kind == "stopped":
-        job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index)
-    elif kind == "stop_failed":
-        job.fail_stop(message=report["message"], by=by)
-    else:
-        raise DomainError(f"unknown report type '{kind}'")
-    return True
-
-
-def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:
-    """Whether this report of node ``index`` is a resend of one the ledger holds."""
-    placement = job.placements[index] if index < len(job.placements) else {}
-    if kind == "exited":  # a report leading where the job is already changes nothing
-        if report.get("exit_code") == 0:
-            return job.status == Status.SUCCEEDED or placement.get("exit_code") == 0
-        return job.status == Status.FAILED
-    if kind == "stopped":
-        return job.status == Status.STOPPED or bool(placement.get("stopped"))
-    return REPORT_STATUS.get(kind) == job.status

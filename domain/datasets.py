@@ -14,11 +14,9 @@ from uuid import UUID, uuid5
 from eventsourcing.domain import Aggregate, event
 
 import domain.values as values
+from domain.actors import Actor
 
 NAMESPACE = UUID("0b6a7f64-5c2e-4d1a-9f3b-8e1d2c4a6b59")
-
-Actor = dict[str, str]
-"""Who caused an event: ``{"kind": "user", "id": ...}`` (as in :mod:`domain.model`)."""
 
 
 class Dataset(Aggregate):

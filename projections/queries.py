@@ -6,7 +6,7 @@ import json
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from domain.model import ON_A_NODE, Status
+from domain.statuses import ON_A_NODE, Status
 from projections.db import Database, Row
 
 DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_at, pushed_by"

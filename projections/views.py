@@ -7,7 +7,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from domain.model import EVENT_STATUS, TERMINAL, Status, event_facts, event_name
+from domain.events import event_facts, event_name
+from domain.lifecycle import EVENT_STATUS
+from domain.statuses import TERMINAL, Status
 from projections.datasets import DATASET_SCHEMA, apply_dataset_event
 from projections.db import Cursor
 from projections.debug_sessions import (

@@ -18,7 +18,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from domain.model import EVENT_STATUS, TERMINAL, event_name
+from domain.events import event_name
+from domain.lifecycle import EVENT_STATUS
+from domain.statuses import TERMINAL
 
 
 class TooManyFollowers(Exception):

@@ -21,7 +21,8 @@ from typing import Any
 from uuid import UUID
 
 from api.services import Services
-from domain.model import DomainError, scheduler
+from domain.actors import scheduler
+from domain.errors import DomainError
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from api.artifacts.store import (
 )
 from api.identity.identities import IdentityError
 from api.scheduling.nodes import NodeTaken
-from domain.application import JobNotFound, WrongNode
-from domain.model import (
+from domain.application import JobNotFound
+from domain.errors import (
     DomainError,
     IllegalTransition,
     InvalidJobSpec,
@@ -28,6 +28,7 @@ from domain.model import (
     JobNotTerminal,
     NameTaken,
 )
+from domain.reports import WrongNode
 from projections.db import is_unavailable
 from projections.projector import ProjectionHalted, ProjectionTimeout
 

@@ -8,10 +8,10 @@ from typing import Any
 from uuid import UUID
 
 from api.services import Services
-from domain.model import TrainingJob
+from domain.job import TrainingJob
+from domain.topics import JOB_EVENT_TOPICS
 from projections.chain import RawEvent, chain_rows, is_chained, raw_events, verify_chain
 
-JOB_TOPIC = f"{TrainingJob.__module__}:{TrainingJob.__qualname__}."
 LATEST = 2**62
 """A version past any job's: folds from the stored events, never from the aggregate cache."""
 MAX_DIFFERENCES = 50
@@ -25,7 +25,7 @@ def verify_ledger(services: Services, expect_digest: str | None = None) -> dict[
 
     def events() -> Iterator[RawEvent]:
         for event in raw_events(recorder):
-            if event.topic.startswith(JOB_TOPIC):
+            if event.topic.startswith(JOB_EVENT_TOPICS):
                 job_ids.add(event.originator_id)
             yield event
 

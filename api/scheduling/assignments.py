@@ -21,7 +21,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from domain.model import EVENT_STATUS, TERMINAL, event_name
+from domain.events import event_name
+from domain.lifecycle import EVENT_STATUS
+from domain.statuses import TERMINAL
 
 MAX_WAIT_S = 30.0
 """The longest a request waits for a change (agents' HTTP timeouts are longer)."""

@@ -29,8 +29,9 @@ from uuid import UUID
 from api.scheduling.leadership import RETRY_S, LeaderLock
 from api.services import Services
 from common.durations import human_duration
-from domain.model import DomainError, Status
+from domain.errors import DomainError
 from domain.scheduling import Assign, NodeCapacity, Reject, Wait, choose_node
+from domain.statuses import Status
 from projections.db import is_unavailable
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from uuid import UUID
 import pytest
 
 from api.settings import Settings
+from domain.actors import user
 from domain.application import Outcome, TrainingJobs
-from domain.model import user
 
 
 def job_spec(accels: int = 1) -> dict[str, Any]:

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from domain.application import JobNotFound, Outcome, TrainingJobs, WrongNode
-from domain.model import IllegalTransition, JobNotTerminal, NameTaken, user
+from domain.actors import user
+from domain.application import JobNotFound, Outcome, TrainingJobs
+from domain.errors import IllegalTransition, JobNotTerminal, NameTaken
+from domain.reports import WrongNode
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Lifecycle

@@ -12,8 +12,12 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
+from domain.actors import user
 from domain.application import TrainingJobs
-from domain.model import EVENT_STATUS, TRANSITIONS, DomainError, Status, event_name, user
+from domain.errors import DomainError
+from domain.events import event_name
+from domain.lifecycle import EVENT_STATUS, TRANSITIONS
+from domain.statuses import Status
 from tests.integration.conftest import Lifecycle
 
 ROUNDS = 6

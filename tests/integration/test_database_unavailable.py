@@ -23,8 +23,8 @@ from api.http.app import create_app
 from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
+from domain.actors import user
 from domain.application import TrainingJobs
-from domain.model import user
 from projections.db import DatabaseUnavailable, open_database
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import SPEC, assert_problem

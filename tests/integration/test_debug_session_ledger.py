@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from domain.actors import agent, user
 from domain.application import TrainingJobs
-from domain.model import JobNotRunning, agent, event_facts, event_name, user
+from domain.errors import JobNotRunning
+from domain.events import event_facts, event_name
 from tests.integration.conftest import Lifecycle
 
 FINGERPRINT = "SHA256:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"

@@ -10,8 +10,10 @@ from uuid import UUID
 
 import pytest
 
+from domain.actors import user
 from domain.application import TrainingJobs
-from domain.model import IllegalTransition, Node, user
+from domain.errors import IllegalTransition
+from domain.node import Node
 from tests.integration.conftest import Lifecycle, job_spec
 
 

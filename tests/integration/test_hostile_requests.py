@@ -19,7 +19,8 @@ from api.http.app import create_app
 from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Limits, Settings
-from domain.model import TrainingJob, user
+from domain.actors import user
+from domain.job import TrainingJob
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers
 

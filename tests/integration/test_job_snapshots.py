@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from domain.actors import user
 from domain.application import TrainingJobs
-from domain.model import user
 from tests.integration.conftest import Lifecycle
 
 CHECKPOINTS = 250

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from api.ledger.format import LedgerFormatMismatch, LedgerKeyError, fingerprint, read_key_file
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import user
+from domain.actors import user
 
 MARKER = "plaintext-marker-7f3a91"
 ROOT = Path(__file__).resolve().parents[2]

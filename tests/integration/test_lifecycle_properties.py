@@ -1,7 +1,7 @@
 """Random command sequences against the real application and store keep the ledger lawful.
 
 The expected transitions are copied from the lifecycle table of SPEC.md, not from the code, so
-a wrong table in ``domain/model.py`` fails here. Most steps send a job a command that
+a wrong table in ``domain/lifecycle.py`` fails here. Most steps send a job a command that
 SPEC.md allows from its status, so jobs get far into their lifecycle; the first time a job is
 in a status, it is sent every other command too, so refusals get tried from each status.
 
@@ -35,17 +35,12 @@ from hypothesis.stateful import (
 )
 
 from api.settings import Settings
-from domain.application import Outcome, TrainingJobs, WrongNode, checkpoint_id
-from domain.model import (
-    EVENT_STATUS,
-    DomainError,
-    IllegalTransition,
-    JobDeleted,
-    JobNotTerminal,
-    NameTaken,
-    TrainingJob,
-    user,
-)
+from domain.actors import user
+from domain.application import Outcome, TrainingJobs, checkpoint_id
+from domain.errors import DomainError, IllegalTransition, JobDeleted, JobNotTerminal, NameTaken
+from domain.job import TrainingJob
+from domain.lifecycle import EVENT_STATUS
+from domain.reports import WrongNode
 from tests.support import SPEC_TERMINAL as TERMINAL
 from tests.support import SPEC_TRANSITIONS
 

@@ -21,7 +21,8 @@ from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from cli.output.jobs import history_lines
-from domain.model import event_facts, event_name, scheduler, user
+from domain.actors import scheduler, user
+from domain.events import event_facts, event_name
 from projections.views import VIEW_TABLES
 from tests.integration.conftest import Lifecycle
 from tests.integration.test_server_presence import ServerProcess

@@ -19,7 +19,10 @@ from api.http.cursors import decode_cursor
 from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import JobName, Status, TrainingJob, user
+from domain.actors import user
+from domain.job import TrainingJob
+from domain.job_name import JobName
+from domain.statuses import Status
 from projections.queries import Queries, page_jobs_sql
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import assert_problem

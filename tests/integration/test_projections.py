@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from domain.actors import user
 from domain.application import TrainingJobs, checkpoint_id
-from domain.model import user
 from projections.db import Database, open_database
 from projections.projector import BATCH, Projector
 from projections.queries import Queries

@@ -13,7 +13,7 @@ import pytest
 
 from api.http import deps
 from cli.client.api import ApiClient
-from domain.model import user
+from domain.actors import user
 from tests.integration import test_time_travel
 from tests.integration.test_time_travel import SPEC, Api
 

@@ -16,7 +16,8 @@ import pytest
 from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import DomainError, user
+from domain.actors import user
+from domain.errors import DomainError
 from projections.views import VIEW_TABLES
 from tests.integration import test_time_travel
 from tests.integration.conftest import Lifecycle

@@ -16,7 +16,7 @@ from api.scheduling.leadership import FileLeaderLock, PostgresLeaderLock
 from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import user
+from domain.actors import user
 from projections.db import LedgerListener, dedicated_connection
 from tests.integration.conftest import job_spec
 from tests.support import wait_until

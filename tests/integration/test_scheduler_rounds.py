@@ -15,7 +15,7 @@ import pytest
 from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import user
+from domain.actors import user
 from tests.integration.conftest import job_spec
 
 

@@ -15,7 +15,8 @@ from eventsourcing.persistence import StoredEvent
 from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import TrainingJob, user
+from domain.actors import user
+from domain.job import TrainingJob
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger-2026-12.json"
 

@@ -22,7 +22,8 @@ from api.http.app import create_app
 from api.identity.identities import Caller, ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from domain.model import Node, user
+from domain.actors import user
+from domain.node import Node
 from tests.support import node_headers, user_headers
 
 AGENT_1, AGENT_2 = "agent-0123456789abcdef", "agent-fedcba9876543210"

@@ -20,7 +20,7 @@ from api.services import Services, build_services
 from api.settings import Settings
 from cli.client.api import ApiClient
 from cli.main import main
-from domain.model import EVENT_STATUS
+from domain.lifecycle import EVENT_STATUS
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers
 

@@ -9,8 +9,11 @@ from uuid import UUID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domain.actors import agent, scheduler, user
 from domain.allocation import UnitOfWork, place_key
-from domain.model import Node, Status, TrainingJob, agent, scheduler, user
+from domain.job import TrainingJob
+from domain.node import Node
+from domain.statuses import Status
 
 CAPACITIES = {"n0": 2, "n1": 4, "n2": 3}
 

@@ -10,21 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.model import (
-    EVENT_STATUS,
-    IllegalTransition,
-    InvalidJobSpec,
-    JobDeleted,
-    JobName,
-    JobNotTerminal,
-    NameTaken,
-    Node,
-    TrainingJob,
-    agent,
-    check_name,
-    scheduler,
-    user,
-)
+from domain.actors import agent, scheduler, user
+from domain.errors import IllegalTransition, InvalidJobSpec, JobDeleted, JobNotTerminal, NameTaken
+from domain.job import TrainingJob
+from domain.job_name import JobName, check_name
+from domain.lifecycle import EVENT_STATUS
+from domain.node import Node
 from tests.support import SPEC_TERMINAL, SPEC_TRANSITIONS
 
 STATUSES = sorted({status for pair in SPEC_TRANSITIONS for status in pair})

@@ -146,3 +146,19 @@ def test_the_checks_see_what_they_must() -> None:
         "api.http", "api.http.app", "node_agent.client", "cli", "cli.main"}  # fmt: skip
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert declared("api.debug") >= {"api.scheduling", "domain"}
+
+
+ABOUT_400 = 420
+LONGER = {
+    "node_agent/supervisor.py": "one job's life on its node (build, the control plane's go, "
+                                "run, end), read top to bottom as it happens",
+    "domain/values.py": "the bounds of every value the ledger accepts, one small check each",
+}
+"""The modules over about 400 lines, each with its one job."""
+
+
+def test_no_module_outside_the_tests_is_over_about_400_lines_but_those_named() -> None:
+    sizes = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+             for path in [*sources(), *sorted((ROOT / "bench").glob("*.py")),
+                          *sorted((ROOT / "examples").rglob("*.py"))]}  # fmt: skip
+    assert {name for name, lines in sizes.items() if lines > ABOUT_400} == set(LONGER)

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.model import InvalidJobSpec, Node, TrainingJob, agent, user
+from domain.actors import agent, user
+from domain.errors import InvalidJobSpec
+from domain.job import TrainingJob
+from domain.node import Node
 from domain.values import (
     BIGINT_MAX,
     InvalidValue,

@@ -30,7 +30,8 @@ from api.http.schemas import (
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.services import Services
 from domain.application import checkpoint_id as derive_checkpoint_id
-from domain.model import Node, Status
+from domain.node import Node
+from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_checkpoint_name
 
 router = APIRouter(prefix="/v1/agent", tags=["agents"])

@@ -12,8 +12,9 @@ from api.http.audit_schemas import AuditFailure, AuditJobState, AuditPlacement
 from api.http.deps import CurrentCaller, CurrentUser, JobOwner, ServicesDep
 from api.http.problems import Problem
 from api.http.schemas import AuditEvent, AuditHistory, AuditJob, AuditJobs
-from domain.application import BeforeJobCreated, JobNotFound, PastJob, VersionOutOfRange
-from domain.model import event_facts, event_name
+from domain.application import JobNotFound
+from domain.events import event_facts, event_name
+from domain.history import BeforeJobCreated, PastJob, VersionOutOfRange
 from domain.values import BIGINT_MAX
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])

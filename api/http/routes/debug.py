@@ -52,7 +52,9 @@ from api.http.routes.jobs import find_job
 from api.http.schemas import AGENT_ID_HEADER
 from api.identity.identities import Caller
 from api.services import Services
-from domain.model import Actor, JobNotRunning, Status, agent, scheduler, user
+from domain.actors import Actor, agent, scheduler, user
+from domain.errors import JobNotRunning
+from domain.statuses import Status
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,8 @@ from api.http.schemas import (
     JobSummary,
 )
 from api.services import Services
-from domain.model import TERMINAL, Status, user
+from domain.actors import user
+from domain.statuses import TERMINAL, Status
 from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_repository_url
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

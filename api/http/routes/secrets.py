@@ -25,7 +25,7 @@ from api.http.schemas import (
     SecretValue,
 )
 from api.identity.secrets import SecretExists, SecretUnreadable, StoredSecret
-from domain.model import Status
+from domain.statuses import Status
 from domain.values import SECRET_RULE, InvalidValue, check_secret_name
 
 router = APIRouter(prefix="/v1", tags=["secrets"])

@@ -1,0 +1,396 @@
+"""The TrainingJob aggregate: one job's whole history, from its submission to its end.
+
+Every public command method guards (its event's row of :mod:`domain.lifecycle`, then the facts'
+bounds), then triggers a private ``@event`` method whose body only mutates: bodies re-run on
+every replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+import domain.values as values
+from domain.actors import Actor
+from domain.errors import DomainError, JobDeleted, checked
+from domain.job_facts import (
+    check_allocations,
+    check_debug_session,
+    check_failure,
+    check_log_loss,
+    check_spec,
+    clean_checkpoint,
+    placed_nodes,
+)
+from domain.job_name import check_name
+from domain.job_state import JobState
+from domain.lifecycle import require
+from domain.statuses import Status
+
+
+class TrainingJob(JobState, Aggregate):
+    """One training job; its events are the job's whole history."""
+
+    @classmethod
+    def submit(cls, owner: str, name: str, spec: dict[str, Any], by: Actor) -> TrainingJob:
+        check_name(name)
+        check_spec(spec)
+        return cls(owner=owner, name=name, spec=spec, by=by)
+
+    @event("Submitted")
+    def __init__(self, owner: str, name: str, spec: dict[str, Any], by: Actor) -> None:
+        self.owner = owner
+        self.name = name
+        self.spec = spec
+        self.status = Status.PENDING
+        self.node_id: str | None = None
+        self.node_name: str | None = None
+        self.commit: str | None = None
+        self.accelerators: list[int] = []
+        self.failure: dict[str, str] | None = None
+        self.checkpoint_ids: set[str] = set()
+        self.logs_unavailable_at: set[int] = set()
+        self.placements: list[dict[str, Any]] = []
+        self.master_port: int | None = None
+        self.refused: set[str] = set()
+        self.debug_sessions: set[str] = set()
+        self.deleted = False
+
+    # -- commands -------------------------------------------------------------------------
+
+    def begin_scheduling(self, by: Actor) -> None:
+        require(self, "SchedulingStarted")
+        self._scheduling_started(by=by)
+
+    def assign(
+        self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Place the job on its nodes (``nodes``: one ``{node_id, node_name, address}`` per
+        node index; by default the one node given)."""
+        require(self, "NodeAssigned")
+        nodes = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
+        placed = placed_nodes(self.name, self.nnodes, nodes)
+        self._node_assigned(node_id=str(placed[0]["node_id"]),
+                            node_name=str(placed[0]["node_name"]), nodes=placed, by=by)  # fmt: skip
+
+    def reject(self, code: str, message: str, by: Actor) -> None:
+        require(self, "Rejected")
+        check_failure(code, message)
+        self._rejected(code=code, message=message, by=by)
+
+    def record_built(
+        self, node_index: int, commit: str | None, master_port: int | None, by: Actor
+    ) -> bool:
+        """One node's build succeeded; False when that node's build is already recorded (a
+        resend, whatever the status since)."""
+        if self.deleted or not self.placements:  # no node, nothing built: refused at once
+            require(self, "Built")
+        checked(values.check_commit, commit)
+        if master_port is not None:
+            checked(values.check_port, master_port)
+        if self._placement(node_index)["built"]:
+            return False
+        require(self, "Built")
+        self._built(node_index=node_index, commit=commit, master_port=master_port, by=by)
+        return True
+
+    def enqueue(self, commit: str | None, by: Actor, waiting_on: list[str] | None = None) -> None:
+        """Built, but the accelerators are busy (``waiting_on``: the nodes that are busy)."""
+        require(self, "Enqueued")
+        checked(values.check_commit, commit)
+        self._enqueued(commit=commit, waiting_on=list(waiting_on or []), by=by)
+
+    def start(
+        self, commit: str | None, accelerators: list[int], by: Actor,
+        allocations: list[list[int]] | None = None,
+    ) -> None:  # fmt: skip
+        """Every node is built and its accelerators allocated (``allocations``: the indices
+        per node index; by default ``accelerators`` on the one node)."""
+        checked(values.check_commit, commit)
+        allocations = allocations if allocations is not None else [list(accelerators)]
+        check_allocations(allocations, self.placements)
+        require(self, "Started")  # after the facts: what is wrong with them is said first
+        self._started(commit=commit or self.commit, accelerators=list(allocations[0]),
+                      allocations=[list(a) for a in allocations], by=by)  # fmt: skip
+
+    def fail_build(
+        self, code: str, message: str, commit: str | None, by: Actor, node_index: int = 0
+    ) -> None:
+        require(self, "BuildFailed")
+        check_failure(code, message)
+        checked(values.check_commit, commit)
+        self._build_failed(code=code, message=self._on_node(message, node_index),
+                           commit=commit, node_index=node_index, by=by)  # fmt: skip
+
+    def requeue(self, reason: str, by: Actor) -> None:
+        require(self, "Requeued")
+        checked(values.check_message, reason, "reason")
+        self._requeued(reason=reason, by=by)
+
+    def finish(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
+        """One node's entry point exited: a non-zero code fails the job at once; the job
+        succeeds once every node exited with 0."""
+        checked(values.check_exit_code, exit_code)
+        if exit_code == 0:
+            others = [p for i, p in enumerate(self.placements) if i != node_index]
+            if all(p["exit_code"] == 0 for p in others):
+                require(self, "Succeeded")
+                self._succeeded(exit_code=0, node_index=node_index, by=by)
+            else:
+                require(self, "NodeExited")
+                self._node_exited(node_index=node_index, exit_code=0, by=by)
+            return
+        require(self, "Failed")
+        message = self._on_node(f"the entry point exited with code {exit_code}", node_index)
+        self._failed(code="entry_point_failed", message=message, exit_code=exit_code,
+                     node_index=node_index, by=by)  # fmt: skip
+
+    def fail(self, code: str, message: str, by: Actor, node_index: int | None = None) -> None:
+        require(self, "Failed")
+        check_failure(code, message)
+        if node_index is not None:
+            message = self._on_node(message, node_index)
+        self._failed(code=code, message=message, exit_code=None, node_index=node_index, by=by)
+
+    def request_stop(self, by: Actor) -> None:
+        require(self, "StopRequested")
+        self._stop_requested(stopping_from=str(self.status), by=by)  # a str after a snapshot
+
+    def confirm_stopped(
+        self, by: Actor, exit_code: int | None = None, node_index: int | None = None
+    ) -> None:
+        """A node's processes ended (``exit_code``: how its entry point ended, when it ran, an
+        exit 0 that raced the stop included); the job is stopped once every node said so."""
+        pending = [i for i, p in enumerate(self.placements) if not p.get("stopped")]
+        before_others = node_index if len(pending) > 1 and node_index in pending else None
+        require(self, "Stopped" if before_others is None else "NodeStopped")
+        if exit_code is not None:
+            checked(values.check_exit_code, exit_code)
+        if before_others is not None:
+            self._node_stopped(node_index=before_others, exit_code=exit_code, by=by)
+            return
+        released = [list(p.get("accelerators") or []) for p in self.placements]
+        self._stopped(accelerators_released=list(self.accelerators), exit_code=exit_code,
+                      allocations_released=released, by=by)  # fmt: skip
+
+    def fail_stop(self, message: str, by: Actor) -> None:
+        require(self, "StopFailed")
+        checked(values.check_message, message)
+        self._stop_failed(message=message, by=by)
+
+    def note_refused_report(
+        self, kind: str, node_index: int, reason: str, facts: dict[str, Any], by: Actor
+    ) -> bool:
+        """Keep a report the job's status refused, for audit (once per kind and node): a late
+        report never changes a status, but the ledger says it came."""
+        if self.deleted:
+            return False
+        key = f"{kind}/{node_index}"
+        if key in self.refused:
+            return False
+        checked(values.check_message, reason, "reason")
+        self._report_refused(report=kind, node_index=node_index, reason=reason,
+                             facts=dict(facts), by=by)  # fmt: skip
+        return True
+
+    def note_logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> bool:
+        """Record that the job's logs could not be stored past ``offset``; once per offset."""
+        require(self, "LogsUnavailable")
+        check_log_loss(message, offset, written)
+        if offset in self.logs_unavailable_at:
+            return False
+        self._logs_unavailable(message=message, offset=offset, written=written, by=by)
+        return True
+
+    def record_checkpoint(self, checkpoint: dict[str, Any], by: Actor) -> bool:
+        """Record a checkpoint once; returns False when it is already recorded."""
+        if self.deleted:
+            raise JobDeleted(self.name)
+        if checkpoint["id"] in self.checkpoint_ids:  # a resend, whatever the status since
+            return False
+        require(self, "CheckpointRecorded")
+        self._checkpoint_recorded(checkpoint=clean_checkpoint(checkpoint), by=by)
+        return True
+
+    # -- debug sessions (`flexai training debug-ssh`): recorded, never a status change ------
+
+    def open_debug_session(
+        self, session_id: str, node_index: int, key_fingerprint: str, by: Actor,
+        relay: str | None = None,
+    ) -> None:  # fmt: skip
+        """A user opens an SSH session into the running job on its node ``node_index``,
+        its bytes relayed by the server process whose instance id is ``relay``."""
+        require(self, "DebugSessionOpened")
+        check_debug_session(session_id, key_fingerprint, relay)
+        if session_id in self.open_debug_sessions:
+            raise DomainError(f"debug session {session_id} of job '{self.name}' is open already")
+        node = self._placement(node_index)["node_name"]
+        self._debug_session_opened(session_id=session_id, node=node, node_index=node_index,
+                                   key_fingerprint=key_fingerprint, by=by,
+                                   relay=relay)  # fmt: skip
+
+    def close_debug_session(self, session_id: str, reason: str, seconds: float, by: Actor) -> bool:
+        """The session ended (``seconds`` after it opened); False when it is closed already."""
+        if session_id not in self.open_debug_sessions:
+            return False
+        checked(values.check_message, reason, "reason")
+        seconds = round(max(0.0, float(seconds)), 3)
+        self._debug_session_closed(session_id=session_id, reason=reason, seconds=seconds, by=by)
+        return True
+
+    def delete(self, by: Actor) -> None:
+        require(self, "Deleted")
+        self._deleted(by=by)
+
+    # -- events: bodies only mutate -------------------------------------------------------
+
+    @event("SchedulingStarted")
+    def _scheduling_started(self, by: Actor) -> None:
+        self.status = Status.SCHEDULING
+
+    @event("NodeAssigned")
+    def _node_assigned(
+        self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
+    ) -> None:
+        self.node_id = node_id
+        self.node_name = node_name
+        placed = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
+        self.placements = [
+            {**node, "built": False, "accelerators": [], "exit_code": None, "stopped": False}
+            for node in placed
+        ]
+        self.status = Status.BUILDING
+
+    @event("Built")
+    def _built(self, node_index: int, commit: str | None, master_port: int | None,
+               by: Actor) -> None:  # fmt: skip
+        self.placements[node_index]["built"] = True
+        self.commit = commit or self.commit
+        if master_port is not None:
+            self.master_port = master_port
+
+    @event("Rejected")
+    def _rejected(self, code: str, message: str, by: Actor) -> None:
+        self.failure = {"code": code, "message": message}
+        self.status = Status.REJECTED
+
+    @event("Enqueued")
+    def _enqueued(self, commit: str | None, by: Actor, waiting_on: list[str] | None = None) -> None:
+        self.commit = commit or self.commit
+        self.status = Status.ENQUEUED
+
+    class Started(Aggregate.Event):
+        """Every node built and its accelerators allocated: the job runs. Version 2 always
+        holds ``allocations`` (each node's indices); version 1, from before multi-node jobs,
+        held node 0's ``accelerators`` only, and is upcast when read."""
+
+        class_version = 2
+        commit: str | None
+        accelerators: list[int]
+        allocations: list[list[int]]
+        by: Actor
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            if state.get("allocations") is None:
+                state["allocations"] = [list(state["accelerators"])]
+
+    @event(Started)
+    def _started(
+        self, commit: str | None, accelerators: list[int], allocations: list[list[int]],
+        by: Actor,
+    ) -> None:  # fmt: skip
+        self.commit = commit
+        self.accelerators = list(accelerators)
+        for placement, indices in zip(self.placements, allocations, strict=False):
+            placement["accelerators"] = list(indices)
+        self.status = Status.IN_PROGRESS
+
+    @event("BuildFailed")
+    def _build_failed(
+        self, code: str, message: str, commit: str | None, by: Actor, node_index: int = 0
+    ) -> None:
+        self.commit = commit
+        self.failure = {"code": code, "message": message}
+        self.status = Status.FAILED
+
+    @event("Requeued")
+    def _requeued(self, reason: str, by: Actor) -> None:
+        self.node_id = None
+        self.node_name = None
+        self.placements = []
+        self.master_port = None
+        self.status = Status.SCHEDULING
+
+    @event("NodeExited")
+    def _node_exited(self, node_index: int, exit_code: int, by: Actor) -> None:
+        self.placements[node_index]["exit_code"] = exit_code
+
+    @event("Succeeded")
+    def _succeeded(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
+        if self.placements:
+            self.placements[node_index]["exit_code"] = exit_code
+        self.status = Status.SUCCEEDED
+
+    @event("Failed")
+    def _failed(
+        self, code: str, message: str, exit_code: int | None, by: Actor,
+        node_index: int | None = None,
+    ) -> None:  # fmt: skip
+        self.failure = {"code": code, "message": message}
+        if exit_code is not None and node_index is not None and self.placements:
+            self.placements[node_index]["exit_code"] = exit_code
+        self.status = Status.FAILED
+
+    @event("StopRequested")
+    def _stop_requested(self, stopping_from: str, by: Actor) -> None:
+        self.status = Status.STOP_IN_PROGRESS
+
+    @event("NodeStopped")
+    def _node_stopped(self, node_index: int, exit_code: int | None, by: Actor) -> None:
+        self.placements[node_index]["stopped"] = True
+
+    @event("Stopped")
+    def _stopped(
+        self, accelerators_released: list[int], by: Actor, exit_code: int | None = None,
+        allocations_released: list[list[int]] | None = None,
+    ) -> None:  # fmt: skip
+        self.accelerators = []
+        for placement in self.placements:
+            placement["stopped"] = True
+        self.status = Status.STOPPED
+
+    @event("ReportRefused")
+    def _report_refused(self, report: str, node_index: int, reason: str,
+                        facts: dict[str, Any], by: Actor) -> None:  # fmt: skip
+        self.refused.add(f"{report}/{node_index}")
+
+    @event("StopFailed")
+    def _stop_failed(self, message: str, by: Actor) -> None:
+        self.failure = {"code": "stop_failed", "message": message}
+        self.status = Status.STOP_FAILED
+
+    @event("LogsUnavailable")
+    def _logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> None:
+        self.logs_unavailable_at.add(offset)
+
+    @event("CheckpointRecorded")
+    def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
+        self.checkpoint_ids.add(checkpoint["id"])
+
+    # ``relay``: the events stored before it existed have none, and load with None.
+    @event("DebugSessionOpened")
+    def _debug_session_opened(self, session_id: str, node: str, node_index: int,
+                              key_fingerprint: str, by: Actor,
+                              relay: str | None = None) -> None:  # fmt: skip
+        self.debug_sessions = {*getattr(self, "debug_sessions", ()), session_id}
+
+    @event("DebugSessionClosed")
+    def _debug_session_closed(self, session_id: str, reason: str, seconds: float,
+                              by: Actor) -> None:  # fmt: skip
+        self.debug_sessions = set(getattr(self, "debug_sessions", ())) - {session_id}
+
+    @event("Deleted")
+    def _deleted(self, by: Actor) -> None:
+        self.deleted = True

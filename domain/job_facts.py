@@ -1,0 +1,68 @@
+"""The facts a job's commands record, checked against the bounds of :mod:`domain.values`: a
+value out of them is refused (InvalidJobSpec naming the field) before anything is recorded."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import domain.values as values
+from domain.errors import InvalidJobSpec, checked
+
+SESSION_ID = re.compile(r"[a-z0-9]{16,64}")
+SESSION_ID_RULE = "16 to 64 lower-case letters and digits"
+
+
+def check_spec(spec: dict[str, Any]) -> None:
+    if not spec.get("repository_url"):
+        raise InvalidJobSpec("a repository URL is required (--repository-url)", "repository_url")
+    if not spec.get("entry_point"):
+        raise InvalidJobSpec("an entry point is required (after `--`)", "entry_point")
+    checked(values.check_spec, spec)
+
+
+def check_failure(code: str, message: str) -> None:
+    checked(values.check_failure_code, code)
+    checked(values.check_message, message)
+
+
+def placed_nodes(name: str, nnodes: int, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``{node_id, node_name, address}`` of each node of job ``name``, one per node index."""
+    if len(nodes) != nnodes or len({n["node_id"] for n in nodes}) != len(nodes):
+        raise InvalidJobSpec(
+            f"job '{name}' runs on {nnodes} distinct node(s), not {len(nodes)}", "nodes"
+        )
+    for node in nodes:
+        checked(values.check_node_name, node["node_name"], "node_name")
+        if node.get("address") is not None:
+            checked(values.check_address, node["address"])
+    return [{key: node.get(key) for key in ("node_id", "node_name", "address")}
+            for node in nodes]  # fmt: skip
+
+
+def check_allocations(allocations: list[list[int]], placements: list[Any]) -> None:
+    """The accelerator indices allocated on each node of a job placed on ``placements``."""
+    for indices in allocations:
+        checked(values.check_accelerators, indices)
+    if placements and len(allocations) != len(placements):
+        raise InvalidJobSpec("an allocation is needed for every node", "accelerators")
+
+
+def check_log_loss(message: str, offset: int, written: int) -> None:
+    checked(values.check_message, message)
+    checked(values.check_int, offset, "offset", 0, values.BIGINT_MAX)
+    checked(values.check_int, written, "written", offset, values.BIGINT_MAX)
+
+
+def clean_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint as it is recorded: its name and node checked, what its files claim of
+    themselves kept only where it fits."""
+    checked(values.check_checkpoint_name, checkpoint["name"], "checkpoint name")
+    checked(values.check_optional, checkpoint.get("node"), "node", values.MAX_LABEL)
+    return {**checkpoint, **values.clean_checkpoint_facts(checkpoint)}
+
+
+def check_debug_session(session_id: str, key_fingerprint: str, relay: str | None) -> None:
+    checked(values.check_pattern, session_id, "session_id", SESSION_ID, SESSION_ID_RULE)
+    checked(values.check_text, key_fingerprint, "key_fingerprint", max_length=values.MAX_LABEL)
+    checked(values.check_optional, relay, "relay", values.MAX_LABEL)

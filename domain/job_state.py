@@ -1,0 +1,61 @@
+"""What a training job's state says: the questions its commands, the lifecycle table's guards
+and the application ask of it. :class:`~domain.job.TrainingJob` holds this state and changes
+it, through its events only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.errors import InvalidJobSpec
+from domain.statuses import TERMINAL, Status
+
+
+class JobState:
+    """The state of a job that the questions below read."""
+
+    name: str
+    spec: dict[str, Any]
+    status: Status
+    deleted: bool
+    placements: list[dict[str, Any]]
+    """One per node of the job: ``node_id``, ``node_name``, ``address``, ``built``,
+    ``accelerators``, ``exit_code``, ``stopped``."""
+    debug_sessions: set[str]
+    """The ids of the debug sessions open into the job."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def nnodes(self) -> int:
+        return int(self.spec.get("nodes", 1))
+
+    @property
+    def all_built(self) -> bool:
+        return bool(self.placements) and all(p["built"] for p in self.placements)
+
+    def placement_index(self, node_id: str, node_index: int | None) -> int | None:
+        """The index of ``node_id`` in the job (``node_index`` when given), or None."""
+        for index, placement in enumerate(self.placements):
+            if placement["node_id"] == node_id and node_index in (None, index):
+                return index
+        return None
+
+    def _placement(self, node_index: int) -> dict[str, Any]:
+        if not 0 <= node_index < len(self.placements):
+            raise InvalidJobSpec(
+                f"job '{self.name}' has no node index {node_index}", "node_index"
+            )
+        return self.placements[node_index]
+
+    def _on_node(self, message: str, node_index: int) -> str:
+        """A multi-node job's failure names the node it happened on."""
+        if self.nnodes <= 1 or not self.placements:
+            return message
+        node = self._placement(node_index)["node_name"]
+        return f"{message} (node {node}, index {node_index})"
+
+    @property
+    def open_debug_sessions(self) -> set[str]:
+        return set(getattr(self, "debug_sessions", ()))  # jobs folded before they existed

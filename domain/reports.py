@@ -1,0 +1,85 @@
+"""An agent's reports on a job (built, exited, stopped, ...), each applied once: which node of
+the job sent it, whether the ledger holds it already, and the command it makes of the job. The
+application service (:mod:`domain.application`) loads, applies and saves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.actors import Actor, agent
+from domain.errors import DomainError
+from domain.job import TrainingJob
+from domain.statuses import Status
+
+
+class WrongNode(DomainError):
+    pass
+
+
+# The status an agent report leads to; a resend finds the job there already.
+REPORT_STATUS = {
+    "build_failed": Status.FAILED,
+    "failed": Status.FAILED,
+    "stopped": Status.STOPPED,
+    "stop_failed": Status.STOP_FAILED,
+}
+
+
+def reporting_node(job: TrainingJob, node_id: str, node_index: int | None = None
+                   ) -> tuple[int, Actor]:  # fmt: skip
+    """The index of the reporting node in ``job`` (which must be placed there), and the
+    agent as actor."""
+    index = job.placement_index(node_id, node_index)
+    if index is None:
+        raise WrongNode(
+            f"job '{job.name}' is not assigned to node {node_id}"
+            + (f" as node index {node_index}" if node_index is not None else "")
+            + "; drop it and take the node's current assignments"
+        )
+    return index, agent(job.placements[index]["node_name"])
+
+
+def report_facts(report: dict[str, Any]) -> dict[str, Any]:
+    """What a report says beyond its kind and its node (kept when the report is refused)."""
+    return {key: value for key, value in report.items()
+            if key not in ("type", "node_id", "node_index") and value is not None}  # fmt: skip
+
+
+def apply_report(
+    job: TrainingJob, kind: str, report: dict[str, Any], by: Actor, index: int
+) -> bool:
+    """Apply one report of node ``index``; False when it is a resend that changes nothing."""
+    if kind == "logs_unavailable":
+        return job.note_logs_unavailable(
+            report["message"], report["offset"], report["written"], by=by
+        )
+    if kind == "built":
+        return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
+    if _already_recorded(job, kind, report, index):
+        return False
+    if kind == "build_failed":
+        job.fail_build(code=report["code"], message=report["message"],
+                       commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
+    elif kind == "exited":
+        job.finish(exit_code=int(report["exit_code"]), by=by, node_index=index)
+    elif kind == "failed":
+        job.fail(code=report["code"], message=report["message"], by=by, node_index=index)
+    elif kind == "stopped":
+        job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index)
+    elif kind == "stop_failed":
+        job.fail_stop(message=report["message"], by=by)
+    else:
+        raise DomainError(f"unknown report type '{kind}'")
+    return True
+
+
+def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:
+    """Whether this report of node ``index`` is a resend of one the ledger holds."""
+    placement = job.placements[index] if index < len(job.placements) else {}
+    if kind == "exited":  # a report leading where the job is already changes nothing
+        if report.get("exit_code") == 0:
+            return job.status == Status.SUCCEEDED or placement.get("exit_code") == 0
+        return job.status == Status.FAILED
+    if kind == "stopped":
+        return job.status == Status.STOPPED or bool(placement.get("stopped"))
+    return REPORT_STATUS.get(kind) == job.status
