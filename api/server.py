@@ -57,6 +57,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              f"{', '.join(f'{k} ({v})' for k, v in REPOSITORY_KINDS.items())};"
                              " git options (-...) and transport helpers (ext::...) never "
                              "pass (default: %(default)s)")
+    artifacts = parser.add_argument_group(
+        "artifacts (logs, checkpoints, outputs, datasets; default: files under --data-dir)")
+    artifacts.add_argument("--artifact-store", default=None, metavar="s3://BUCKET[/PREFIX]",
+                           help="keep artifacts in this S3 bucket; credentials come from the "
+                                "AWS environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                                "a shared config profile, an instance role)")
+    artifacts.add_argument("--s3-endpoint-url", default=None, metavar="URL",
+                           help="an S3-compatible store's endpoint (default: AWS S3)")
+    artifacts.add_argument("--s3-region", default=None, metavar="REGION",
+                           help="the bucket's region (default: the AWS environment's)")
     ledger = parser.add_argument_group("stored events (the first server to write them decides)")
     ledger.add_argument("--ledger-key-file", type=Path, default=None, metavar="PATH",
                         help="encrypt stored events with the base64 AES key in this file (mode "
@@ -154,7 +164,8 @@ def _settings(args: argparse.Namespace) -> Any:
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
         database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
         stop_confirm_timeout_s=args.stop_confirm_timeout,
-        allowed_repo_schemes=args.allowed_repo_schemes,
+        allowed_repo_schemes=args.allowed_repo_schemes, artifact_store=args.artifact_store,
+        s3_endpoint_url=args.s3_endpoint_url, s3_region=args.s3_region,
         limits=Limits(**{name: getattr(args, f"max_{name}") for name in Limits.model_fields}),
     )  # fmt: skip
 
@@ -184,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("botocore").setLevel(logging.WARNING)  # "found credentials in ...", each
     import uvicorn
 
+    from api.artifacts.store import StorageUnavailable
     from api.http.app import create_app
     from api.identity.identities import ensure_admin_token
     from api.identity.secrets import SecretKeyError
@@ -206,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     except (LedgerFormatMismatch, SecretKeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except StorageUnavailable as error:  # the bucket does not answer, or refuses
+        print(f"error: {error}; check --artifact-store, --s3-endpoint-url, --s3-region and the "
+              "AWS credentials", file=sys.stderr)  # fmt: skip
+        return 1
     except Exception as error:  # an unreachable database, a bad URL: say it in one line
         reason = " ".join(str(error).split())
         print(f"error: cannot open storage ({settings.resolved_database_url}): {reason}; "
@@ -222,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ConfigError) as error:
             print(f"warning: could not write the client config: {error}", file=sys.stderr)
     print(f"flexai server listening on {settings.public_url} (storage: "
-          f"{'PostgreSQL' if args.database_url else 'SQLite in ' + str(settings.data_dir)})",
-          flush=True)  # fmt: skip
+          f"{'PostgreSQL' if args.database_url else 'SQLite in ' + str(settings.data_dir)}; "
+          f"artifacts: {services.artifacts.where})", flush=True)  # fmt: skip
     config = uvicorn.Config(
         create_app(services), host=settings.host, port=settings.port, log_level="warning",
         timeout_graceful_shutdown=3,

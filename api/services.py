@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from api.artifacts.archives import ArchiveLimits
 from api.artifacts.followers import LogFollowers
-from api.artifacts.store import ArchiveLimits, LocalArtifactStore
+from api.artifacts.local import LocalArtifactStore
+from api.artifacts.store import ArtifactStore
 from api.debug.presence import FilePresence, LocalPresence, PostgresPresence, Presence
 from api.debug.sessions import DebugSessions
 from api.http.metrics import ServerMetrics
 from api.identity.identities import Identities
 from api.identity.secrets import SecretStore, open_secret_store
+from api.identity.sessions import Sessions
 from api.ledger.format import check_ledger_format
 from api.scheduling.assignments import AssignmentWaiters
 from api.scheduling.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
@@ -44,11 +48,13 @@ class Services:
     queries: Queries
     state: OperationalState
     identities: Identities
-    artifacts: LocalArtifactStore
+    artifacts: ArtifactStore
     log_followers: LogFollowers
     waits: Waits
     secrets: SecretStore
     """Users' secrets, sealed with the server's secret key (never in the ledger)."""
+    sessions: Sessions
+    """The web console's sign-in sessions (server-side, shared by the replicas)."""
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     debug_sessions: DebugSessions = field(default_factory=DebugSessions)
     """Live `debug-ssh` sessions and their relays (this process's only)."""
@@ -64,8 +70,12 @@ class Services:
     """Requests per route, their latency, scheduler rounds (``/metrics``)."""
     rebuilder: Rebuilder | None = None
     """Rebuilds the views from the ledger (``flexai admin rebuild-projections``)."""
+    closers: list[Callable[[], None]] = field(default_factory=list)
+    """What else ends with the services (background threads of the parts)."""
 
     def close(self) -> None:
+        for close in self.closers:
+            close()
         self.presence.release()
         self.projector.stop()
         self.jobs.close()
@@ -88,6 +98,7 @@ def build_services(settings: Settings) -> Services:
     assignment_waiters = AssignmentWaiters()
     projector.listeners.append(assignment_waiters.on_events)
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
+    artifacts, closers = open_artifact_store(settings, database, archive_limits)
     scheduler_wakeup = threading.Event()
     leader_lock: LeaderLock
     presence: Presence
@@ -117,13 +128,35 @@ def build_services(settings: Settings) -> Services:
         queries=Queries(database),
         state=OperationalState(database),
         identities=identities,
-        artifacts=LocalArtifactStore(settings.data_dir / "artifacts", archive_limits),
+        artifacts=artifacts,
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
         waits=Waits(database),
         secrets=open_secret_store(database, settings.data_dir),
+        sessions=Sessions(database),
         scheduler_wakeup=scheduler_wakeup,
         leader_lock=leader_lock,
         presence=presence,
         rebuilder=Rebuilder(jobs, projector, database),
+        closers=closers,
     )
+
+
+LOG_SWEEP_S = 30.0
+"""How often the S3 store looks for held log bytes that waited long enough for the bucket."""
+
+
+def open_artifact_store(
+    settings: Settings, database: Database, limits: ArchiveLimits
+) -> tuple[ArtifactStore, list[Callable[[], None]]]:
+    """The store the settings name, and what ends its background work. The S3 store's bucket
+    must answer (StorageUnavailable saying what is wrong otherwise)."""
+    location = settings.s3_location
+    if location is None:
+        return LocalArtifactStore(settings.data_dir / "artifacts", limits), []
+    from api.artifacts.s3 import S3ArtifactStore  # boto3 loads only for an S3 store
+
+    store = S3ArtifactStore(location, database, limits)
+    store.check()
+    store.sweep_logs(LOG_SWEEP_S)
+    return store, [store.close]

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
+from api.artifacts.s3_location import S3Location, check_endpoint, check_region, check_url
 from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
 
 MiB = 2**20
@@ -62,6 +63,37 @@ class Settings(BaseModel):
     skip_events: frozenset[int] = frozenset()
     """Ledger positions the views pass over (an operator's way past an event they cannot
     apply, after reading it with the audit routes)."""
+
+    artifact_store: str | None = None
+    """``s3://BUCKET[/PREFIX]``: artifacts in that bucket (``--artifact-store``); None: files
+    under the data directory."""
+    s3_endpoint_url: str | None = None
+    """An S3-compatible store's endpoint (``--s3-endpoint-url``); None: AWS S3."""
+    s3_region: str | None = None
+    """The bucket's region (``--s3-region``); None: the AWS environment's."""
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _s3_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            check_url(url)
+        return url
+
+    @field_validator("s3_endpoint_url", "s3_region")
+    @classmethod
+    def _s3_options(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not info.data.get("artifact_store"):
+            raise ValueError("applies to an S3 store only: give --artifact-store s3://BUCKET")
+        return check_endpoint(value) if info.field_name == "s3_endpoint_url" else check_region(
+            value
+        )
+
+    @property
+    def s3_location(self) -> S3Location | None:
+        """Where the S3 store keeps things; None for the local store."""
+        if self.artifact_store is None:
+            return None
+        return S3Location.parse(self.artifact_store, self.s3_endpoint_url, self.s3_region)
 
     @field_validator("allowed_repo_schemes")
     @classmethod

@@ -70,7 +70,7 @@ from stores import (  # noqa: E402
     rate,
 )
 
-from api.artifacts.store import LocalArtifactStore  # noqa: E402
+from api.artifacts.local import LocalArtifactStore  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from domain.actors import user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402

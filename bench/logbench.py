@@ -16,7 +16,7 @@ from pathlib import Path
 import logpath
 from stores import Table, rate
 
-from api.artifacts.store import LocalArtifactStore
+from api.artifacts.local import LocalArtifactStore
 
 LOG_ROUNDS = 5  # log rounds per repeat: each takes only milliseconds
 

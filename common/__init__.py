@@ -1,2 +1,4 @@
-"""What the CLI, the server and the agent all use: durations and the client config file.
-Imports: nothing of ours (the standard library only)."""
+"""What the CLI, the server and the agent all use: durations, the client config file, and
+downloads of artifacts that resume and verify (``transfer``, on httpx; ``behind``: hashing
+beside the stream).
+Imports: nothing of ours (the standard library and httpx only)."""

@@ -363,13 +363,29 @@ class TrainingJobs(Application[UUID]):
 
         return self._retrying(run)
 
+    def record_outputs(
+        self, job_id: UUID, node_id: str, node_index: int, size: int, sha256: str
+    ) -> Outcome:
+        """Record node ``node_index``'s output archive (its bytes and their SHA-256) once."""
+
+        def run() -> Outcome:
+            job = self.job(job_id)
+            index, by = reporting_node(job, node_id, node_index)
+            if not job.record_outputs(index, size, sha256, by=by):
+                return Outcome(job_id, None)
+            return self._save(job_id, job)
+
+        return self._retrying(run)
+
     # -- datasets -------------------------------------------------------------------------
 
     def push_dataset(
-        self, owner: str, name: str, content_hash: str, size: int, files: int, by: Actor
-    ) -> int | None:
-        """Record a version of the owner's dataset ``name`` (made on its first push); return
-        its ledger position, or None when the latest version holds that content already."""
+        self, owner: str, name: str, content_hash: str, size: int, files: int, by: Actor,
+        archive_size: int | None = None,
+    ) -> int | None:  # fmt: skip
+        """Record a version of the owner's dataset ``name`` (made on its first push; ``size``:
+        its files' bytes, ``archive_size``: its archive's); return its ledger position, or None
+        when the latest version holds that content already."""
         dataset_id = Dataset.create_id(owner, name)
 
         def run() -> int | None:
@@ -378,7 +394,7 @@ class TrainingJobs(Application[UUID]):
                 dataset = self.repository.get(dataset_id)
             except AggregateNotFoundError:
                 dataset = Dataset.create(owner, name, by=by)
-            if not dataset.push(content_hash, size, files, by=by):
+            if not dataset.push(content_hash, size, files, by=by, archive_size=archive_size):
                 return None
             return self._save(dataset_id, dataset).position
 

@@ -42,20 +42,27 @@ class Dataset(Aggregate):
     def latest(self) -> dict[str, Any] | None:
         return self.versions[-1] if self.versions else None
 
-    def push(self, content_hash: str, size: int, files: int, by: Actor) -> bool:
-        """Record a new version; False (and nothing recorded) when the latest holds this
-        content already, as a resent push does."""
+    def push(
+        self, content_hash: str, size: int, files: int, by: Actor, archive_size: int | None = None
+    ) -> bool:
+        """Record a new version (``size``: its files' bytes; ``archive_size``: its archive's,
+        whose SHA-256 is ``content_hash``); False (and nothing recorded) when the latest holds
+        this content already, as a resent push does."""
         values.check_content_hash(content_hash)
         values.check_int(size, "size", 0, values.BIGINT_MAX)
         values.check_int(files, "files", 0, values.BIGINT_MAX)
+        if archive_size is not None:
+            values.check_int(archive_size, "archive_size", 0, values.BIGINT_MAX)
         if self.latest is not None and self.latest["content_hash"] == content_hash:
             return False
         version = len(self.versions) + 1
-        self._pushed(version=version, content_hash=content_hash, size=size, files=files, by=by)
+        self._pushed(version=version, content_hash=content_hash, size=size, files=files, by=by,
+                     archive_size=archive_size)  # fmt: skip
         return True
 
+    # ``archive_size``: the versions pushed before it was recorded have none, and load with None.
     @event("Pushed")
-    def _pushed(self, version: int, content_hash: str, size: int, files: int, by: Actor) -> None:
-        self.versions.append(
-            {"version": version, "content_hash": content_hash, "size": size, "files": files}
-        )
+    def _pushed(self, version: int, content_hash: str, size: int, files: int, by: Actor,
+                archive_size: int | None = None) -> None:  # fmt: skip
+        self.versions.append({"version": version, "content_hash": content_hash, "size": size,
+                              "files": files, "archive_size": archive_size})  # fmt: skip

@@ -13,12 +13,13 @@ from eventsourcing.domain import Aggregate, event
 
 import domain.values as values
 from domain.actors import Actor
-from domain.errors import DomainError, JobDeleted, checked
+from domain.errors import DomainError, checked
 from domain.job_facts import (
     check_allocations,
     check_debug_session,
     check_failure,
     check_log_loss,
+    check_output,
     check_spec,
     clean_checkpoint,
     placed_nodes,
@@ -50,6 +51,7 @@ class TrainingJob(JobState, Aggregate):
         self.accelerators: list[int] = []
         self.failure: dict[str, str] | None = None
         self.checkpoint_ids: set[str] = set()
+        self.output_hashes: dict[str, str] = {}
         self.logs_unavailable_at: set[int] = set()
         self.placements: list[dict[str, Any]] = []
         self.master_port: int | None = None
@@ -205,12 +207,22 @@ class TrainingJob(JobState, Aggregate):
 
     def record_checkpoint(self, checkpoint: dict[str, Any], by: Actor) -> bool:
         """Record a checkpoint once; returns False when it is already recorded."""
-        if self.deleted:
-            raise JobDeleted(self.name)
+        self.refuse_if_deleted()
         if checkpoint["id"] in self.checkpoint_ids:  # a resend, whatever the status since
             return False
         require(self, "CheckpointRecorded")
         self._checkpoint_recorded(checkpoint=clean_checkpoint(checkpoint), by=by)
+        return True
+
+    def record_outputs(self, node_index: int, size: int, sha256: str, by: Actor) -> bool:
+        """Record one node's output archive (another one of the node replaces it); False for
+        a resend, whatever the status since."""
+        self.refuse_if_deleted()
+        check_output(self.nnodes, node_index, size, sha256)
+        if self.recorded_output(node_index) == sha256:
+            return False
+        require(self, "OutputsRecorded")
+        self._outputs_recorded(node_index=node_index, size=size, sha256=sha256, by=by)
         return True
 
     # -- debug sessions (`flexai training debug-ssh`): recorded, never a status change ------
@@ -378,6 +390,10 @@ class TrainingJob(JobState, Aggregate):
     @event("CheckpointRecorded")
     def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
         self.checkpoint_ids.add(checkpoint["id"])
+
+    @event("OutputsRecorded")
+    def _outputs_recorded(self, node_index: int, size: int, sha256: str, by: Actor) -> None:
+        self.output_hashes = {**getattr(self, "output_hashes", {}), str(node_index): sha256}
 
     # ``relay``: the events stored before it existed have none, and load with None.
     @event("DebugSessionOpened")

@@ -55,11 +55,24 @@ def check_log_loss(message: str, offset: int, written: int) -> None:
 
 
 def clean_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint as it is recorded: its name and node checked, what its files claim of
-    themselves kept only where it fits."""
+    """A checkpoint as it is recorded: its name and node checked, its archive's size and
+    SHA-256 (when given) checked, what its files claim of themselves kept only where it fits."""
     checked(values.check_checkpoint_name, checkpoint["name"], "checkpoint name")
     checked(values.check_optional, checkpoint.get("node"), "node", values.MAX_LABEL)
+    if checkpoint.get("archive_size") is not None or checkpoint.get("sha256") is not None:
+        check_archive(checkpoint.get("archive_size"), checkpoint.get("sha256"))
     return {**checkpoint, **values.clean_checkpoint_facts(checkpoint)}
+
+
+def check_archive(size: Any, sha256: Any) -> None:
+    """An artifact's archive as the ledger records it: its bytes and their SHA-256."""
+    checked(values.check_int, size, "size", 0, values.BIGINT_MAX)
+    checked(values.check_content_hash, sha256, "sha256")
+
+
+def check_output(nnodes: int, node_index: int, size: int, sha256: str) -> None:
+    checked(values.check_int, node_index, "node_index", 0, max(nnodes, 1) - 1)
+    check_archive(size, sha256)
 
 
 def check_debug_session(session_id: str, key_fingerprint: str, relay: str | None) -> None:

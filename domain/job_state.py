@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.errors import InvalidJobSpec
+from domain.errors import InvalidJobSpec, JobDeleted
 from domain.statuses import TERMINAL, Status
 
 
@@ -55,6 +55,15 @@ class JobState:
             return message
         node = self._placement(node_index)["node_name"]
         return f"{message} (node {node}, index {node_index})"
+
+    def refuse_if_deleted(self) -> None:
+        if self.deleted:
+            raise JobDeleted(self.name)
+
+    def recorded_output(self, node_index: int) -> str | None:
+        """The SHA-256 of the output archive recorded for node ``node_index``, if any."""
+        hashes: dict[str, str] = getattr(self, "output_hashes", {})  # jobs folded before them
+        return hashes.get(str(node_index))
 
     @property
     def open_debug_sessions(self) -> set[str]:

@@ -89,6 +89,8 @@ def _from(*statuses: Status) -> frozenset[Status]:
 STOPPABLE = _from(Status.PENDING, Status.SCHEDULING, Status.BUILDING, Status.ENQUEUED,
                   Status.IN_PROGRESS)  # fmt: skip
 ANY = frozenset(Status)
+TERMINAL_RAN = (Status.SUCCEEDED, Status.FAILED, Status.STOPPED, Status.STOP_FAILED)
+"""The ends a job may reach after it ran: its nodes' outputs may still come."""
 
 LIFECYCLE: tuple[Row, ...] = (
     Row("Submitted", _from(), Status.PENDING),
@@ -110,6 +112,8 @@ LIFECYCLE: tuple[Row, ...] = (
     Row("StopFailed", _from(Status.STOP_IN_PROGRESS), Status.STOP_FAILED),
     Row("CheckpointRecorded", _from(Status.IN_PROGRESS, Status.STOP_IN_PROGRESS),
         refusal=_fact_recorded_only("checkpoints are taken only while it runs")),
+    Row("OutputsRecorded", _from(Status.IN_PROGRESS, Status.STOP_IN_PROGRESS, *TERMINAL_RAN),
+        refusal=_fact_recorded_only("outputs are recorded only once it ran")),
     Row("LogsUnavailable", ON_A_NODE,
         refusal=_fact_recorded_only("log problems are reported only while it is on a node")),
     Row("DebugSessionOpened", _from(Status.IN_PROGRESS), refusal=JobNotRunning),

@@ -1,7 +1,8 @@
 """The agent's one HTTP client for the control plane's ``/v1/agent`` routes.
 
 Every agent call is idempotent by design (a report already recorded answers 200 again, log bytes
-carry their offset, checkpoint and output uploads replace), so every call is retried with
+carry their offset, an upload's parts replace, its completion answers the same again), so
+every call is retried with
 backoff on connection errors, timeouts and 5xx answers until its retry budget is spent; a
 ``Retry-After`` the server sends with a 503 is waited out before the next try.
 
@@ -11,7 +12,6 @@ no request leaves this client, so an agent that lost its node can never report o
 
 from __future__ import annotations
 
-import email.utils
 import secrets
 import threading
 import time
@@ -23,12 +23,16 @@ from urllib.parse import quote
 
 import httpx
 
+from common import transfer
 from node_agent.models import Assignment
 
 DEFAULT_RETRY_FOR = 60.0
+COMPLETE_TIMEOUT = 600.0
+"""Completing an upload may make a large object of its parts (the local store copies them)."""
 AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 """Which agent process speaks: the control plane lets one live agent hold a node name."""
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+MAX_RETRY_AFTER_S = 300.0
 
 
 class ApiError(Exception):
@@ -47,6 +51,10 @@ class ApiError(Exception):
 
 class NodeTaken(ApiError):
     """Another live agent holds this node name (409 ``node-taken``)."""
+
+
+class ArtifactAltered(ApiError):
+    """A downloaded artifact's bytes are not the ones the ledger recorded (nothing was kept)."""
 
 
 class ApiUnavailable(Exception):
@@ -98,10 +106,21 @@ class ControlPlaneClient:
             timeout=timeout,
             transport=transport,
         )
+        self._store = httpx.Client(headers={"User-Agent": "flexai-agent"}, timeout=timeout)
+        """For the store's presigned URLs: no token of ours goes there."""
 
     def stop_retrying(self) -> None:
         """Make every call in flight or to come give up instead of waiting (for shutdown)."""
         self._closed.set()
+
+    @property
+    def closing(self) -> bool:
+        """The agent shuts down: calls give up instead of waiting."""
+        return self._closed.is_set()
+
+    def pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True (at once) when the agent shuts down meanwhile."""
+        return self._closed.wait(seconds)
 
     def when_node_taken(self, callback: Callable[[NodeTaken], None]) -> None:
         """Call ``callback`` once, from the calling thread, when a call answers ``node-taken``."""
@@ -111,6 +130,7 @@ class ControlPlaneClient:
         """Release the connections; the client is unusable afterwards."""
         self._closed.set()
         self._http.close()
+        self._store.close()
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -192,30 +212,75 @@ class ControlPlaneClient:
         )
         return int(answer.get("size", offset + len(data)))
 
-    def upload_checkpoint(
-        self, job_id: str, name: str, node_id: str, archive: Path, node_index: int = 0
-    ) -> None:
-        self._upload(
-            f"/v1/agent/jobs/{_seg(job_id)}/checkpoints/{_seg(name)}",
-            archive,
-            params={"node_id": node_id, "node_index": node_index},
-        )
+    # -- artifacts: upload sessions (see node_agent.artifacts.uploader) -------------------
 
-    def upload_outputs(
-        self, job_id: str, node_index: int, archive: Path, *, retry_for: float | None = None
-    ) -> None:
-        self._upload(
-            f"/v1/agent/jobs/{_seg(job_id)}/outputs/{node_index}", archive, retry_for=retry_for
-        )
+    def begin_upload(
+        self, job_id: str, body: Mapping[str, Any], *, retry_for: float | None = None
+    ) -> dict[str, Any]:
+        """Open an upload session: ``{"id", "part_size"}``, or ``{"recorded": ...}`` when the
+        ledger holds the artifact already."""
+        return self._json("POST", f"/v1/agent/jobs/{_seg(job_id)}/uploads", json=dict(body),
+                          retry_for=retry_for)  # fmt: skip
+
+    def part_targets(
+        self, upload_id: str, numbers: Sequence[int], *, retry_for: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Where each part goes: ``[{"number", "url", "headers"}]``."""
+        answer = self._json("POST", f"/v1/agent/uploads/{_seg(upload_id)}/parts",
+                            json={"numbers": list(numbers)}, retry_for=retry_for)  # fmt: skip
+        return [part for part in answer.get("parts") or [] if isinstance(part, dict)]
+
+    def put_part(
+        self, target: Mapping[str, Any], data: Sequence[bytes], *, retry_for: float | None = None
+    ) -> str:
+        """Send one part (its bytes in pieces, sent as they are) to its target; its ETag. An
+        absolute URL is the store's (presigned: no token goes there); a path is this API's."""
+        url = str(target["url"])
+        headers = {str(key): str(value) for key, value in (target.get("headers") or {}).items()}
+        headers["Content-Length"] = str(sum(len(piece) for piece in data))
+        if url.startswith("/"):
+            http, headers = self._http, {"Content-Type": "application/octet-stream", **headers}
+        else:
+            http = self._store
+
+        response = self._with_retries(lambda: http.put(url, content=list(data), headers=headers),
+                                      retry_for)  # fmt: skip
+        etag = response.headers.get("ETag")
+        if not etag:
+            try:
+                etag = str(response.json().get("etag") or "")
+            except (ValueError, AttributeError):
+                etag = ""
+        if not etag:
+            raise ApiError(response.status_code, {"detail": f"{url[:80]} gave no ETag"})
+        return etag
+
+    def complete_upload(
+        self, upload_id: str, parts: Sequence[tuple[int, str]], size: int, sha256: str,
+        *, retry_for: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Make the archive from its parts and have it recorded; what the ledger holds."""
+        body = {"parts": [{"number": number, "etag": etag} for number, etag in parts],
+                "size": size, "sha256": sha256}  # fmt: skip
+        return self._json("POST", f"/v1/agent/uploads/{_seg(upload_id)}/complete", json=body,
+                          timeout=max(self.timeout, COMPLETE_TIMEOUT),
+                          retry_for=retry_for)  # fmt: skip
+
+    def abort_upload(self, upload_id: str, *, retry_for: float | None = None) -> None:
+        self._json("DELETE", f"/v1/agent/uploads/{_seg(upload_id)}", retry_for=retry_for)
+
+    # -- artifacts: downloads ------------------------------------------------------------
 
     def download_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
-        """Save the checkpoint's zip at ``destination``."""
-        self._download(f"/v1/agent/checkpoints/{_seg(checkpoint_id)}", destination)
+        """Save the checkpoint's zip at ``destination``, whole and verified."""
+        self._download(f"/v1/agent/checkpoints/{_seg(checkpoint_id)}", destination,
+                       f"checkpoint {checkpoint_id}")  # fmt: skip
 
     def download_dataset(self, job_id: str, content_hash: str, destination: Path) -> None:
-        """Save the zip of a dataset version the job was given at ``destination``."""
+        """Save the zip of a dataset version the job was given at ``destination``, whole and
+        verified against its hash."""
         path = f"/v1/agent/jobs/{_seg(job_id)}/datasets/{_seg(content_hash)}"
-        self._download(path, destination)
+        self._download(path, destination, f"dataset version {content_hash[:12]}")
 
     def job_secrets(self, job_id: str, node_index: int = 0) -> dict[str, str]:
         """The values of the job's ``--secret`` variables (held in memory only, never logged:
@@ -225,41 +290,20 @@ class ControlPlaneClient:
         given = answer.get("secrets") or {}
         return {str(variable): str(value) for variable, value in given.items()}
 
-    def _download(self, path: str, destination: Path) -> None:
-        def attempt() -> httpx.Response:
-            with self._http.stream("GET", path) as got:
-                if got.status_code == 200:
-                    with destination.open("wb") as sink:
-                        for chunk in got.iter_bytes():
-                            sink.write(chunk)
-                else:
-                    got.read()
-                return got
-
-        self._with_retries(attempt, None)
-
-    # -- plumbing ------------------------------------------------------------------------
-
-    def _upload(
-        self,
-        path: str,
-        archive: Path,
-        params: Mapping[str, Any] | None = None,
-        retry_for: float | None = None,
-    ) -> None:
-        def attempt() -> httpx.Response:
-            with archive.open("rb") as source:
-                return self._http.put(
-                    path,
-                    params=params,
-                    content=source,
-                    headers={
-                        "Content-Type": "application/zip",
-                        "Content-Length": str(archive.stat().st_size),
-                    },
-                )
-
-        self._with_retries(attempt, retry_for)
+    def _download(self, path: str, destination: Path, what: str) -> None:
+        """``transfer.fetch``: the redirect to the store followed without the token, resumed
+        with ``Range``, kept only whole and verified."""
+        if self._taken is not None:
+            raise self._taken
+        try:
+            transfer.fetch(self._http, path, destination, what=what, patience=self.retry_for,
+                           stop=self._closed)  # fmt: skip
+        except transfer.Refused as refused:
+            raise ApiError(refused.status, refused.problem) from None
+        except transfer.Unavailable as error:
+            raise ApiUnavailable(str(error), error.retry_after) from None
+        except transfer.Altered as altered:
+            raise ArtifactAltered(422, {"detail": str(altered)}) from None
 
     def _json(
         self, method: str, path: str, *, retry_for: float | None = None, **kwargs: Any
@@ -288,19 +332,29 @@ class ControlPlaneClient:
                     raise ApiUnavailable(f"{self.api_url}: the agent is shutting down") from error
                 if not isinstance(error, httpx.HTTPError):
                     raise
-                failure = f"cannot reach the control plane at {self.api_url} ({_describe(error)})"
+                failure = f"cannot reach {self._whom(error)} ({_describe(error)})"
             else:
                 if response.status_code < 400:
                     return response
                 if response.status_code not in _RETRYABLE_STATUS:
                     raise self._refusal(response)
-                failure = _unavailable(self.api_url, response)
-                retry_after = _retry_after(response)
+                failure = _unavailable(self._whom(response), response)
+                retry_after = transfer.retry_after(response, MAX_RETRY_AFTER_S)
             wait = max(delay, retry_after or 0.0)
             if time.monotonic() + wait > deadline or self._closed.is_set():
                 raise ApiUnavailable(failure, retry_after)
             self._closed.wait(wait)
             delay = min(delay * 2, 5.0)
+
+    def _whom(self, sent: httpx.Response | httpx.HTTPError) -> str:
+        """Who failed: the control plane, or the store a presigned URL points at."""
+        try:
+            url = sent.request.url
+        except RuntimeError:
+            url = None
+        if url is None or str(url).startswith(self.api_url):
+            return f"the control plane at {self.api_url}"
+        return f"the artifact store at {url.scheme}://{url.netloc.decode()}"
 
     def _refusal(self, response: httpx.Response) -> ApiError:
         problem = _problem(response)
@@ -337,29 +391,13 @@ def _slug(problem: Mapping[str, Any]) -> str:
     return str(problem.get("type", "")).rsplit("/", 1)[-1]
 
 
-def _unavailable(api_url: str, response: httpx.Response) -> str:
+def _unavailable(whom: str, response: httpx.Response) -> str:
     """What a 5xx said, e.g. ``503 storage-unavailable: the artifact disk is full``."""
     problem = _problem(response)
     what = _slug(problem) or "error"
     detail = problem.get("detail") or problem.get("title")
     said = f"{response.status_code} {what}: {detail}" if detail else str(response.status_code)
-    return f"the control plane at {api_url} answered {said}"
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    """``Retry-After`` in seconds (a number or an HTTP date), capped at 5 minutes."""
-    value = response.headers.get("Retry-After", "").strip()
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            moment = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = moment.timestamp() - time.time()
-    return min(max(seconds, 0.0), 300.0)
+    return f"{whom} answered {said}"
 
 
 def _describe(error: httpx.HTTPError) -> str:

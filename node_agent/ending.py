@@ -2,8 +2,10 @@
 
 The contract of ``docs/design.md``: every log line is shipped, the remaining checkpoints and the
 output directory are uploaded, and only then is the terminal report (``exited``, ``failed``,
-``stopped``, ``stop_failed``) sent, so a terminal status means the logs are complete. One
-exception: when the control plane cannot store logs, the end waits for them
+``stopped``, ``stop_failed``) sent, so a terminal status means the logs are complete and the
+artifacts recorded. Checkpoints and outputs wait for the store for as long as it takes (never
+dropped); an agent that shuts down meanwhile reports nothing, and uploads and reports once
+restarted. One exception: when the control plane cannot store logs, the end waits for them
 ``log_drain_timeout`` seconds at most, then is reported anyway (the job must not sit
 ``in progress`` after its process ended); the job has been told ``logs_unavailable`` by then,
 and its whole log stays in ``job.log`` on the node.
@@ -17,7 +19,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from node_agent.artifacts.checkpoints import CheckpointWatcher, zip_tree
+from node_agent.artifacts.checkpoints import CheckpointWatcher
+from node_agent.artifacts.uploader import Artifact, ArtifactUploader
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 from node_agent.logs.shipper import LogShipper
 from node_agent.models import STOP_IN_PROGRESS, JobDirs
@@ -52,6 +55,8 @@ class JobEnding:
         unavailable_after: float,
     ) -> None:
         self.client = client
+        self.uploader = ArtifactUploader(client, give_up=quiet)
+        """Uploads the job's checkpoints and outputs (shared with its checkpoint watcher)."""
         self.dirs = dirs
         self.reporter = reporter
         self.job_id = reporter.job_id
@@ -92,7 +97,8 @@ class JobEnding:
             self.say(f"[agent] {stop_outcome(outcome.survivors)}")
         self.ship_logs()
         checkpoints.finish()
-        self._upload_outputs()
+        if not self._upload_outputs():
+            return  # the agent shuts down: once restarted, it uploads what is left and reports
         if outcome.stopped:
             self._report_stop(outcome)
         elif outcome.timed_out:
@@ -173,24 +179,30 @@ class JobEnding:
         answer = reporter.logs_unavailable(message, offset, written)
         return not answer.unreachable
 
-    def _upload_outputs(self) -> None:
+    def _upload_outputs(self) -> bool:
+        """Upload the output directory, waiting for the store as long as it takes; False
+        when the agent shuts down first (nothing more is reported then)."""
+        if self.client.closing:
+            return False
         if _is_empty(self.dirs.output):
-            return  # nothing to send: the control plane serves an ended job's as an empty zip
-        archive = self.dirs.scratch / "output.zip"
+            return True  # nothing to send: the control plane serves an ended job's as an empty zip
+        artifact = Artifact(self.job_id, "output", None, self.reporter.node_id,
+                            self.reporter.node_index, self.dirs.output, trusted=self.dirs.root)
         try:
-            zip_tree(self.dirs.output, archive, trusted=self.dirs.root)
-            # Bounded like the logs: the job's end must be reported even if storage is down.
-            self.client.upload_outputs(self.job_id, self.reporter.node_index, archive,
-                                       retry_for=self.drain_timeout)  # fmt: skip
-        except (ApiError, ApiUnavailable, OSError) as error:
+            self.uploader.upload(artifact)
+        except ApiUnavailable as error:
+            log.warning("job %s: %s not uploaded yet: %s", self.job_id, artifact.label, error)
+            return False
+        except (ApiError, OSError) as error:
             log.error("job %s: the output directory was not uploaded: %s", self.job_id, error)
-        finally:
-            archive.unlink(missing_ok=True)
+        return True
 
 
 def _is_empty(directory: Path) -> bool:
     try:
         with os.scandir(directory) as entries:
             return next(entries, None) is None
+    except FileNotFoundError:  # the job's directory is gone (an agent that restarted)
+        return True
     except OSError:
         return False

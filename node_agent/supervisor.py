@@ -33,7 +33,8 @@ from node_agent.build.builder import (
 )
 from node_agent.build.datasets import DatasetCache
 from node_agent.build.secrets import JobSecrets, fetch_secrets
-from node_agent.client import ApiError, ControlPlaneClient
+from node_agent.build.unpack import ArchiveRefused
+from node_agent.client import ApiError, ArtifactAltered, ControlPlaneClient
 from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
 from node_agent.models import (
     BUILDING,
@@ -429,11 +430,10 @@ class JobSupervisor:
 
     def _checkpoint_watcher(self) -> CheckpointWatcher:
         return CheckpointWatcher(
-            self.client,
+            self.ending.uploader,
             self.job_id,
             self.node_id,
             self.dirs.output_checkpoint,
-            self.dirs.scratch,
             stable_for=self.settings.checkpoint_stable_for,
             node_index=self.assignment.node_index,
         )
@@ -441,6 +441,8 @@ class JobSupervisor:
     def _fetch_checkpoint(self, checkpoint_id: str, destination: Path) -> None:
         try:
             self.client.download_checkpoint(checkpoint_id, destination)
+        except ArtifactAltered as error:
+            raise ArchiveRefused(str(error)) from None
         except ApiError as error:
             raise CheckpointMissing(str(error)) from None
 

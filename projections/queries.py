@@ -27,7 +27,8 @@ def page_jobs_sql(
     """The query of one page of jobs, and its parameters.
 
     Keyset pagination: a page is a backward range scan of ``job_list_owner_newest`` (or of
-    ``job_list_owner_status_newest`` for one status), however deep it lies, never an OFFSET;
+    ``job_list_owner_status_newest`` for one status; every owner's: ``job_list_newest`` and
+    ``job_list_status_newest``), however deep it lies, never an OFFSET;
     and jobs created meanwhile sort before ``after``, so they never shift a later page.
     """
     where: list[str] = ["deleted_at IS NULL"]
@@ -88,6 +89,16 @@ class Queries:
         """Up to ``limit`` live jobs of the owner's, newest first, from just past ``after``
         (the last row seen: its created_at and id) on; see :func:`page_jobs_sql`."""
         return self._all(*page_jobs_sql(owner, limit, after, statuses, name_prefix))
+
+    def jobs_by_ids(self, job_ids: Collection[str]) -> list[Row]:
+        """The summaries of these jobs (live or deleted), in no order."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return []
+        marks = ", ".join("?" * len(wanted))
+        return self._all(
+            f"SELECT {SUMMARY_COLUMNS}, deleted_at FROM job_list WHERE id IN ({marks})", wanted
+        )
 
     def jobs_per_status(self) -> dict[str, int]:
         """Live (not deleted) jobs of every owner, by status."""
@@ -186,7 +197,7 @@ class Queries:
         """Jobs placed on the node, with their indices there (for explaining waits)."""
         marks = ", ".join("?" * len(ON_A_NODE))
         rows = self._all(
-            f"SELECT n.job_id, l.name, n.status, n.accels, n.allocated, n.created_at "
+            f"SELECT n.job_id, l.name, l.owner, n.status, n.accels, n.allocated, n.created_at "
             f"FROM job_nodes n JOIN job_list l ON l.id = n.job_id "
             f"WHERE n.node_id = ? AND n.status IN ({marks}) ORDER BY n.created_at, n.job_id",
             [node_id, *(status.value for status in ON_A_NODE)],
@@ -201,7 +212,8 @@ class Queries:
     def checkpoints(self, job_id: str) -> list[Row]:
         return self._all(
             "SELECT id, name, node, step, train_loss, eval_loss, model, version, "
-            "inference_ready, size, created_at FROM checkpoints WHERE job_id = ? "
+            "inference_ready, size, archive_size, sha256, created_at FROM checkpoints "
+            "WHERE job_id = ? "
             "ORDER BY position",
             (job_id,),
         )
@@ -214,9 +226,13 @@ class Queries:
             (owner, id_or_name, id_or_name, id_or_name),
         )
 
-    def checkpoint_job(self, checkpoint_id: str) -> str | None:
-        row = self._one("SELECT job_id FROM checkpoints WHERE id = ?", (checkpoint_id,))
-        return str(row["job_id"]) if row else None
+    def checkpoint_archive(self, checkpoint_id: str) -> Row | None:
+        """The job, name, archive size and SHA-256 (None before they were recorded) of a
+        checkpoint."""
+        return self._one(
+            "SELECT job_id, name, archive_size, sha256 FROM checkpoints WHERE id = ?",
+            (checkpoint_id,),
+        )
 
     def node_exists(self, node_id: str) -> bool:
         return self._one("SELECT id FROM nodes WHERE id = ?", (node_id,)) is not None

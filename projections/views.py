@@ -37,6 +37,9 @@ SCHEMA = [
         WHERE deleted_at IS NULL""",
     """CREATE INDEX IF NOT EXISTS job_list_owner_status_newest
         ON job_list (owner, status, created_at, id) WHERE deleted_at IS NULL""",
+    # Every owner's jobs of one status (an admin's list, the web console's jobs page).
+    """CREATE INDEX IF NOT EXISTS job_list_status_newest
+        ON job_list (status, created_at, id) WHERE deleted_at IS NULL""",
     # Inspect's lookup by name: without it, PostgreSQL on fresh statistics (views just
     # rebuilt) prefers the partial index above to job_list_owner_name and scans every job.
     """CREATE INDEX IF NOT EXISTS job_list_owner_live_name ON job_list (owner, name)
@@ -47,7 +50,7 @@ SCHEMA = [
         id TEXT PRIMARY KEY, job_id TEXT NOT NULL, owner TEXT NOT NULL, name TEXT NOT NULL,
         node TEXT, size BIGINT, step BIGINT, train_loss DOUBLE PRECISION,
         eval_loss DOUBLE PRECISION, model TEXT, version TEXT, inference_ready BIGINT NOT NULL,
-        created_at TEXT NOT NULL, position BIGINT NOT NULL)""",
+        archive_size BIGINT, sha256 TEXT, created_at TEXT NOT NULL, position BIGINT NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS checkpoints_job ON checkpoints (job_id)",
     """CREATE TABLE IF NOT EXISTS nodes (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, accels BIGINT NOT NULL,
@@ -64,7 +67,7 @@ SCHEMA = [
 ]
 VIEW_TABLES = ("job_list", "job_details", "checkpoints", "nodes", "job_nodes", "datasets",
                "dataset_versions", "debug_sessions")
-VIEWS_VERSION = 3
+VIEWS_VERSION = 4
 """Raised whenever a view table changes shape: the views are then rebuilt from the ledger."""
 
 
@@ -151,6 +154,7 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "failure": None,
         "stop": None,
         "logs_unavailable": None,
+        "outputs": [],
         "placements": [],
         "rendezvous": None,
         "waiting_on": [],
@@ -240,6 +244,14 @@ def _logs_unavailable(document: dict[str, Any], facts: dict[str, Any], at: str) 
     }  # fmt: skip
 
 
+def _outputs_recorded(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    """One entry per node index: the archive recorded last."""
+    index = facts["node_index"]
+    kept = [entry for entry in document.get("outputs") or [] if entry["node_index"] != index]
+    recorded = {"node_index": index, "size": facts["size"], "sha256": facts["sha256"], "at": at}
+    document["outputs"] = sorted([*kept, recorded], key=lambda entry: entry["node_index"])
+
+
 def _deleted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["deleted_at"] = at
 
@@ -259,6 +271,7 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "StopRequested": _stop_requested,
     "Stopped": _stopped,
     "LogsUnavailable": _logs_unavailable,
+    "OutputsRecorded": _outputs_recorded,
     "Deleted": _deleted,
 }
 
@@ -290,7 +303,9 @@ def _public_facts(name: str, facts: dict[str, Any]) -> dict[str, Any]:
         return {}
     if name == "CheckpointRecorded":
         checkpoint = facts["checkpoint"]
-        return {key: checkpoint.get(key) for key in ("id", "name", "size", "step")}
+        return {key: checkpoint.get(key)
+                for key in ("id", "name", "size", "step", "archive_size", "sha256")
+                if key in checkpoint}  # fmt: skip
     return facts
 
 
@@ -332,12 +347,14 @@ def _insert_checkpoint(
 ) -> None:
     cursor.execute(
         "INSERT INTO checkpoints (id, job_id, owner, name, node, size, step, train_loss, "
-        "eval_loss, model, version, inference_ready, created_at, position) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        "eval_loss, model, version, inference_ready, archive_size, sha256, created_at, "
+        "position) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING",
         (
             checkpoint["id"], document["id"], document["owner"], checkpoint["name"],
             checkpoint.get("node"), checkpoint.get("size"), checkpoint.get("step"),
             checkpoint.get("train_loss"), checkpoint.get("eval_loss"), checkpoint.get("model"),
-            checkpoint.get("version"), int(bool(checkpoint.get("inference_ready"))), at, position,
+            checkpoint.get("version"), int(bool(checkpoint.get("inference_ready"))),
+            checkpoint.get("archive_size"), checkpoint.get("sha256"), at, position,
         ),
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""Shared fixtures: every storage-touching test runs on SQLite and on PostgreSQL."""
+"""Shared fixtures: every storage-touching test runs on SQLite and on PostgreSQL; artifact
+tests also on a real S3 store (SeaweedFS, one per test session and worker)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.pg import fresh_database
+from tests.s3 import SeaweedFS, running_seaweedfs
 
 
 @pytest.fixture
@@ -24,3 +26,21 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'flexai.sqlite3'}"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """SeaweedFS's S3 gateway on loopback ports, started once per session (and xdist worker)."""
+    with running_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh bucket, removed afterwards; the store's credentials in the environment (the
+    standard AWS chain)."""
+    s3_server.start()  # back, should an earlier test have stopped it and failed
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    with s3_server.bucket() as name:
+        yield name

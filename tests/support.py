@@ -145,6 +145,42 @@ def server_url(server: ThreadingHTTPServer) -> str:
     return f"http://127.0.0.1:{server.server_address[1]}"
 
 
+# --- the agent's upload protocol, through a test client --------------------------------------
+
+
+def send_archive(client: Any, headers: dict[str, str], job_id: str, node_id: str, data: bytes,
+                 *, name: str | None = None, node_index: int = 0) -> Any:  # fmt: skip
+    """Upload ``data`` as an agent does (a session, each part to its target, complete): a
+    checkpoint named ``name``, else node ``node_index``'s output. The last answer: the
+    completion's, or the first refusal on the way."""
+    import httpx
+
+    begun = client.post(f"/v1/agent/jobs/{job_id}/uploads", headers=headers, json={
+        "kind": "output" if name is None else "checkpoint", "name": name, "node_id": node_id,
+        "node_index": node_index, "size_hint": len(data)})  # fmt: skip
+    if begun.status_code != 201:
+        return begun
+    upload_id, size = begun.json()["id"], begun.json()["part_size"]
+    pieces = [data[start : start + size] for start in range(0, len(data), size)] or [b""]
+    asked = client.post(f"/v1/agent/uploads/{upload_id}/parts", headers=headers,
+                        json={"numbers": list(range(1, len(pieces) + 1))})  # fmt: skip
+    if asked.status_code != 200:
+        return asked
+    parts = []
+    for target, piece in zip(asked.json()["parts"], pieces, strict=True):
+        if target["url"].startswith("/"):
+            sent = client.put(target["url"], headers=headers, content=piece)
+            etag = sent.json().get("etag") if sent.status_code == 200 else None
+        else:  # the store itself, presigned: no token goes there
+            sent = httpx.put(target["url"], headers=target["headers"], content=piece)
+            etag = sent.headers.get("ETag")
+        if sent.status_code != 200:
+            return sent
+        parts.append({"number": target["number"], "etag": etag})
+    return client.post(f"/v1/agent/uploads/{upload_id}/complete", headers=headers, json={
+        "parts": parts, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+
+
 # --- processes --------------------------------------------------------------------------------
 
 # A leader and two children, all ignoring SIGTERM; each prints "PID <its pid>".

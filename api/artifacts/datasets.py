@@ -1,25 +1,18 @@
-"""Datasets' archives in the artifact store: ``datasets/<sha256>.zip``, one file per content.
+"""Datasets' archives in the artifact store: ``datasets/<sha256>.zip``, one object per content.
 
-A push is received into a file while its SHA-256 is computed, checked (the archive limits
-against zip bombs; only plain files and directories, every name inside the archive), then
-renamed into place under its hash: pushing identical content again stores nothing new.
+A push is received under a scratch key while its SHA-256 is computed, checked through the
+store's reader (the archive limits against zip bombs; only plain files and directories, every
+name inside the archive), then kept under its hash: pushing identical content again stores
+nothing new. A refused push leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import IO
 
-from api.artifacts.store import (
-    ArchiveLimits,
-    InvalidArchive,
-    LocalArtifactStore,
-    StorageUnavailable,
-    open_archive,
-    unsafe_entry,
-)
+from api.artifacts.archives import ArchiveLimits, InvalidArchive, open_archive, unsafe_entry
+from api.artifacts.store import ArtifactStore, dataset_key
 
 
 @dataclass(frozen=True)
@@ -29,49 +22,28 @@ class StoredDataset:
     size: int
     """The bytes of its files, unpacked."""
     files: int
+    archive_size: int
+    """The bytes of the archive."""
 
 
-class DatasetArchives:
-    def __init__(self, store: LocalArtifactStore) -> None:
-        self.store = store
-        self.root = store.root / "datasets"
-
-    def path(self, content_hash: str) -> Path:
-        """Where a version's archive is kept (``content_hash`` checked by the caller)."""
-        return self.root / f"{content_hash}.zip"
-
-    async def receive(self, body: AsyncIterator[bytes]) -> tuple[Path, str]:
-        """Write a pushed archive into a new file; return it and its SHA-256."""
-        digest = hashlib.sha256()
-
-        async def hashed() -> AsyncIterator[bytes]:
-            async for chunk in body:
-                digest.update(chunk)
-                yield chunk
-
-        upload = await self.store.receive_into(self.root / "uploads", hashed())
-        return upload, digest.hexdigest()
-
-    def keep(self, upload: Path, content_hash: str) -> StoredDataset:
-        """Check the received archive and keep it under its hash (once); drop the upload."""
-        try:
-            size, files = describe_dataset(upload, self.store.limits)
-            target = self.path(content_hash)
-            try:
-                if not target.exists():
-                    upload.replace(target)
-            except OSError as error:
-                raise StorageUnavailable("datasets", self.root, error) from error
-        finally:
-            upload.unlink(missing_ok=True)
-        return StoredDataset(content_hash, size, files)
+def keep_dataset(store: ArtifactStore, scratch: str, archive_size: int,
+                 content_hash: str) -> StoredDataset:  # fmt: skip
+    """Check a received archive and keep it under its hash (once); the scratch object goes."""
+    try:
+        with store.open(scratch) as handle:
+            size, files = describe_dataset(handle, store.limits)
+    except BaseException:
+        store.delete(scratch)
+        raise
+    store.keep(scratch, dataset_key(content_hash))
+    return StoredDataset(content_hash, size, files, archive_size)
 
 
-def describe_dataset(path: Path, limits: ArchiveLimits) -> tuple[int, int]:
+def describe_dataset(handle: IO[bytes], limits: ArchiveLimits) -> tuple[int, int]:
     """The bytes and the number of files a dataset archive unpacks to; InvalidArchive when
     an entry is not a plain file or directory, or would land outside the dataset."""
     size = files = 0
-    with open_archive(path, limits) as archive:
+    with open_archive(handle, limits) as archive:
         for info in archive.infolist():
             problem = unsafe_entry(info, "the dataset's directory")
             if problem is not None:

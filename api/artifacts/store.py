@@ -1,319 +1,208 @@
-"""The artifact store: job logs, checkpoints and outputs as files under the data directory.
+"""The artifact store: what a job's logs, checkpoints and outputs and the datasets are kept in,
+behind one interface with two implementations.
 
-Uploads are received into a file beside their final place (never whole in memory), checked,
-then renamed into place. A disk that refuses a write (permissions, full, read-only) raises
-:class:`StorageUnavailable`, which the API answers with 503 so that agents retry.
+- :class:`api.artifacts.local.LocalArtifactStore`: files under ``<data-dir>/artifacts``, the
+  embedded default (bytes pass through the server, which is the store).
+- :class:`api.artifacts.s3.S3ArtifactStore`: an S3-compatible bucket
+  (``--artifact-store s3://BUCKET[/PREFIX]``). Nodes and clients move checkpoints and outputs
+  straight to and from the bucket through presigned URLs; the server sees none of their bytes.
+
+Every artifact has a key, the same in both stores (:func:`checkpoint_key`, :func:`output_key`,
+:func:`dataset_key`; the S3 store puts its prefix before it). Checkpoints and outputs arrive in
+**multipart uploads** that the server begins, hands out part targets for, and completes: an
+upload is invisible until completed, so a partial object is never read, listed or recorded.
+The server then reads the archive's central directory through :meth:`ArtifactStore.open`
+(ranged reads on S3) to check and describe it, and records it in the ledger with its size and
+SHA-256. Downloads are :class:`Download` answers: a presigned URL to redirect to, or a file
+this server sends itself.
+
+Logs stay live for ``logs --follow``: the agent ships chunks to the server as before. The local
+store appends them to a file; the S3 store keeps the newest bytes in the operational database
+(shared by every replica) and writes them to the bucket in parts (see its docstring).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import stat
-import tempfile
-import threading
-import zipfile
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
 
-from fastapi.concurrency import run_in_threadpool
+from api.artifacts.archives import ArchiveLimits
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".npz", ".gguf", ".onnx", ".ckpt")
-METADATA_MAX_BYTES = 16 * 2**20
-"""``trainer_state.json`` and ``config.json`` larger than this are not read (a zip bomb's)."""
-_WRITE_BUFFER = 2**20
+MIN_PART = 5 * 2**20
+"""S3's smallest part (all but the last)."""
+DEFAULT_PART = 32 * 2**20
+MAX_PARTS = 10_000
+"""S3's most parts in one upload."""
 
 
 class LogOffsetMismatch(Exception):
     def __init__(self, expected: int) -> None:
         self.expected = expected
-        super().__init__(
-            f"log bytes must continue at offset {expected}; resend from there"
-        )
-
-
-class InvalidArchive(Exception):
-    pass
-
-
-class ArchiveTooLarge(Exception):
-    """An archive that would unpack to more files or bytes than the limits allow."""
+        super().__init__(f"log bytes must continue at offset {expected}; resend from there")
 
 
 class StorageUnavailable(Exception):
-    def __init__(self, what: str, where: Path, error: OSError) -> None:
-        reason = error.strerror or str(error)
-        super().__init__(
-            f"the control plane cannot store {what} right now ({reason} under {where}); "
-            "nothing was lost: retry later (an operator must fix the artifact storage)"
-        )
+    """The store cannot be reached or refuses to write or read now: the API answers 503 with
+    ``Retry-After`` and its clients retry."""
+
+    def __init__(self, what: str, where: str, error: BaseException | str) -> None:
+        self.what = what
+        self.where = where
+        reason = error if isinstance(error, str) else getattr(error, "strerror", None) or error
+        super().__init__(f"cannot store or read {what} in {where}: {reason}")
+
+
+class UploadIncomplete(Exception):
+    """An upload's parts do not make the object it announced (missing parts, wrong size)."""
+
+
+def checkpoint_key(job_id: str, checkpoint_id: str) -> str:
+    return f"jobs/{job_id}/checkpoints/{checkpoint_id}.zip"
+
+
+def output_key(job_id: str, node_index: int) -> str:
+    return f"jobs/{job_id}/outputs/output_{node_index}.zip"
+
+
+def dataset_key(content_hash: str) -> str:
+    return f"datasets/{content_hash}.zip"
+
+
+def job_prefix(job_id: str) -> str:
+    """Every key of one job's artifacts starts with it (logs included)."""
+    return f"jobs/{job_id}/"
+
+
+def part_size_for(size_hint: int | None) -> int:
+    """A part size that keeps an upload of about ``size_hint`` bytes within S3's part count."""
+    if not size_hint:
+        return DEFAULT_PART
+    needed = -(-size_hint // (MAX_PARTS - 100))  # headroom: the hint is the files' bytes
+    return max(DEFAULT_PART, -(-needed // MIN_PART) * MIN_PART)
 
 
 @dataclass(frozen=True)
-class ArchiveLimits:
-    max_entries: int = 100_000
-    max_unpacked_bytes: int = 200 * 2**30
+class StartedUpload:
+    store_upload_id: str
+    """The store's name for the upload (S3's UploadId; the local store's partial file)."""
+    part_size: int
+    """Every part but the last has exactly this many bytes."""
 
 
-class LocalArtifactStore:
-    def __init__(self, root: Path, limits: ArchiveLimits | None = None) -> None:
-        self.root = root
-        self.limits = limits or ArchiveLimits()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._log_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+@dataclass(frozen=True)
+class PartTarget:
+    number: int
+    url: str
+    """Absolute (``https://...``: the store itself, presigned; the sender adds no credential)
+    or a path on this API (``/v1/...``: the sender adds its token)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
 
-    def _job_dir(self, job_id: str) -> Path:
-        return self.root / "jobs" / job_id
 
-    @contextmanager
-    def _storing(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except OSError as error:
-            raise StorageUnavailable(what, self.root, error) from error
+@dataclass(frozen=True)
+class Part:
+    number: int
+    etag: str
 
-    # -- logs -----------------------------------------------------------------------------
 
-    def _log_path(self, job_id: str, node_index: int = 0) -> Path:
-        """Each node of a job has its own log (node 0's keeps the single-node name)."""
-        name = "logs.txt" if node_index == 0 else f"logs-{node_index}.txt"
-        return self._job_dir(job_id) / name
+@dataclass(frozen=True)
+class Download:
+    """Where a client gets an artifact's bytes: ``url`` (presigned, to redirect to) or
+    ``path`` (a file this server sends itself, ranges included)."""
 
-    def log_size(self, job_id: str, node_index: int = 0) -> int:
-        try:
-            return self._log_path(job_id, node_index).stat().st_size
-        except FileNotFoundError:
-            return 0
+    size: int
+    url: str | None = None
+    path: Path | None = None
+
+
+class ArtifactStore(Protocol):
+    """What the routes, the scheduler and ``admin verify``/``purge`` need of a store. Every
+    method raises :class:`StorageUnavailable` when the store cannot be reached."""
+
+    kind: str
+    """``local`` or ``s3``."""
+    limits: ArchiveLimits
+    where: str
+    """Where it keeps things, for messages (a directory, or ``s3://bucket/prefix``)."""
+
+    # -- logs (one stream per node of a job) ----------------------------------------------
+
+    def log_size(self, job_id: str, node_index: int = 0) -> int: ...
 
     def append_log(self, job_id: str, offset: int, data: bytes, node_index: int = 0) -> int:
-        """Append bytes that start at ``offset``; bytes already held are not written twice."""
-        with self._log_locks[f"{job_id}/{node_index}"], self._storing("log bytes"):
-            size = self.log_size(job_id, node_index)
-            if offset > size:
-                raise LogOffsetMismatch(size)
-            fresh = data[size - offset :]
-            if fresh:
-                path = self._log_path(job_id, node_index)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("ab") as handle:
-                    handle.write(fresh)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            return size + len(fresh)
+        """Append bytes that start at ``offset`` (bytes already held are not written twice);
+        the log's size after. :class:`LogOffsetMismatch` when ``offset`` is past its end."""
+        ...
 
     def read_log(
         self, job_id: str, offset: int, limit: int = 1 << 20, node_index: int = 0
-    ) -> bytes:
-        try:
-            handle = self._log_path(job_id, node_index).open("rb")
-        except FileNotFoundError:
-            return b""
-        with handle, self._storing("log bytes"):
-            if offset >= os.fstat(handle.fileno()).st_size:
-                return b""  # never seek past the end: a file system refuses far offsets
-            handle.seek(offset)
-            return handle.read(limit)
+    ) -> bytes: ...
 
-    # -- checkpoints and outputs ----------------------------------------------------------
+    def settle_logs(self, job_ids: Iterable[str]) -> None:
+        """Write what the store still holds aside of these (ended) jobs' logs into the store
+        for good; nothing to do for the local store."""
+        ...
 
-    def checkpoint_path(self, job_id: str, checkpoint_id: str) -> Path:
-        return self._job_dir(job_id) / "checkpoints" / f"{checkpoint_id}.zip"
+    # -- multipart uploads, straight from a node ------------------------------------------
 
-    def output_path(self, job_id: str, node_index: int) -> Path:
-        return self._job_dir(job_id) / "outputs" / f"output_{node_index}.zip"
+    def begin_upload(self, key: str, size_hint: int | None = None) -> StartedUpload:
+        """Begin an upload to ``key``; earlier unfinished uploads to it are aborted."""
+        ...
 
-    async def receive(self, job_id: str, body: AsyncIterator[bytes]) -> Path:
-        """Write an upload's body into a new file of the job's; the caller places or drops it."""
-        return await self.receive_into(self._job_dir(job_id) / "uploads", body)
+    def part_targets(
+        self, key: str, upload: StartedUpload, numbers: Iterable[int], upload_id: str
+    ) -> list[PartTarget]:
+        """Where each part goes: presigned URLs (S3), or this API's
+        ``/v1/agent/uploads/{upload_id}/parts/{n}`` (local; ``upload_id`` is the route's)."""
+        ...
 
-    async def receive_into(self, directory: Path, body: AsyncIterator[bytes]) -> Path:
-        """Write an upload's body into a new file in ``directory``; the caller places or
-        drops it."""
-        with self._storing("uploads"):
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")
-        path = Path(name)
-        try:
-            with os.fdopen(fd, "wb") as sink, self._storing("uploads"):
-                pending = bytearray()
-                async for chunk in body:
-                    pending += chunk
-                    if len(pending) >= _WRITE_BUFFER:
-                        await run_in_threadpool(sink.write, bytes(pending))
-                        pending.clear()
-                await run_in_threadpool(sink.write, bytes(pending))
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return path
+    async def receive_part(
+        self, key: str, upload: StartedUpload, number: int, body: AsyncIterator[bytes]
+    ) -> Part:
+        """Store one part sent to this server (the local store only)."""
+        ...
 
-    def save_checkpoint(
-        self, job_id: str, checkpoint_id: str, upload: bytes | Path
-    ) -> dict[str, Any]:
-        """Store the checkpoint archive; return what it tells of the model."""
-        source = self._as_file(job_id, upload)
-        try:
-            metadata = describe_checkpoint(source, self.limits)
-            self._place(source, self.checkpoint_path(job_id, checkpoint_id))
-        finally:
-            source.unlink(missing_ok=True)
-        return metadata
+    def complete_upload(self, key: str, upload: StartedUpload, parts: list[Part]) -> int:
+        """Make the object from its parts, atomically; its size. :class:`UploadIncomplete`
+        when the parts do not make a whole object."""
+        ...
 
-    def save_output(self, job_id: str, node_index: int, upload: bytes | Path) -> int:
-        source = self._as_file(job_id, upload)
-        try:
-            with open_archive(source, self.limits) as archive:
-                refuse_unsafe_entries(archive, "the output directory")
-            size = source.stat().st_size
-            self._place(source, self.output_path(job_id, node_index))
-        finally:
-            source.unlink(missing_ok=True)
-        return size
+    def abort_upload(self, key: str, upload: StartedUpload) -> None: ...
 
-    def _as_file(self, job_id: str, upload: bytes | Path) -> Path:
-        if isinstance(upload, Path):
-            return upload
-        directory = self._job_dir(job_id) / "uploads"
-        with self._storing("uploads"):
-            directory.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=directory, suffix=".partial")
-            with os.fdopen(fd, "wb") as sink:
-                sink.write(upload)
-        return Path(name)
+    # -- through the server (datasets' pushes) --------------------------------------------
 
-    def _place(self, source: Path, target: Path) -> None:
-        with self._storing("uploads"):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source.replace(target)
+    async def receive_hashed(self, body: AsyncIterator[bytes]) -> tuple[str, int, str]:
+        """Store a body under a scratch key; the key, the size and the SHA-256 (a dataset is
+        then kept under its hash with :meth:`keep`)."""
+        ...
 
+    def keep(self, scratch: str, key: str) -> None:
+        """Move a scratch object to ``key``, unless ``key`` holds it already; the scratch goes."""
+        ...
 
-def declared_entries(path: Path) -> int:
-    """The entry count the archive's end record declares, read before the directory is parsed
-    (a directory of millions of entries would take gigabytes to load)."""
-    with path.open("rb") as handle:
-        size = handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, size - (22 + 65535)))
-        tail = handle.read()
-        end = tail.rfind(b"PK\x05\x06")
-        if end < 0 or len(tail) < end + 22:
-            raise InvalidArchive("the upload is not a zip archive (no end of central directory)")
-        count = int.from_bytes(tail[end + 10 : end + 12], "little")
-        locator = tail.rfind(b"PK\x06\x07", 0, end)
-        if count == 0xFFFF and locator >= 0:  # zip64: the real count is in the zip64 record
-            record_at = int.from_bytes(tail[locator + 8 : locator + 16], "little")
-            handle.seek(record_at)
-            record = handle.read(56)
-            if record[:4] == b"PK\x06\x06":
-                count = int.from_bytes(record[32:40], "little")
-        return count
+    # -- what is stored -------------------------------------------------------------------
 
+    def size(self, key: str) -> int | None:
+        """The object's size, or None when there is none."""
+        ...
 
-@contextmanager
-def open_archive(path: Path, limits: ArchiveLimits) -> Iterator[zipfile.ZipFile]:
-    """A zip archive within the limits on entries and unpacked bytes."""
-    entries = declared_entries(path)
-    if entries > limits.max_entries:
-        raise ArchiveTooLarge(
-            f"the archive holds {entries} entries; at most {limits.max_entries} are accepted"
-        )
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError, ValueError) as error:
-        raise InvalidArchive(f"the upload is not a zip archive: {error}") from error
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > limits.max_entries:
-            raise ArchiveTooLarge(
-                f"the archive holds {len(infos)} entries; at most {limits.max_entries} are "
-                "accepted"
-            )
-        unpacked = sum(info.file_size for info in infos)
-        if unpacked > limits.max_unpacked_bytes:
-            raise ArchiveTooLarge(
-                f"the archive unpacks to {unpacked} bytes; at most {limits.max_unpacked_bytes} "
-                "are accepted"
-            )
-        yield archive
+    def open(self, key: str) -> AbstractContextManager[IO[bytes]]:
+        """A seekable reader of the object (ranged reads on S3): for its central directory."""
+        ...
 
+    def sha256(self, key: str) -> str:
+        """The object's SHA-256, read whole (``admin verify --artifacts deep``)."""
+        ...
 
-def unsafe_entry(info: zipfile.ZipInfo, where: str = "the archive's directory") -> str | None:
-    """Why an entry may not be unpacked into a directory of its own (zip-slip: a link, a
-    special file, a name outside it), or None when it may."""
-    name = info.filename
-    kind = stat.S_IFMT(info.external_attr >> 16)
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-        return "is a link or a special file"
-    if "\\" in name or "\x00" in name or name.startswith("/"):
-        return "has an absolute name, a backslash or a NUL byte"
-    parts = PurePosixPath(name).parts
-    if not parts or any(part in ("..", ".") for part in parts) or "//" in name:
-        return f"leaves {where} ('..', '.' or an empty part)"
-    return None
+    def download(self, key: str, filename: str) -> Download:
+        """Where a client reads the object, saved as ``filename``; FileNotFoundError when there
+        is none."""
+        ...
 
+    def delete(self, key: str) -> None: ...
 
-def refuse_unsafe_entries(archive: zipfile.ZipFile, what: str) -> None:
-    """InvalidArchive naming the first entry that could land outside ``what`` when unpacked."""
-    for info in archive.infolist():
-        problem = unsafe_entry(info, f"{what}'s directory")
-        if problem is not None:
-            raise InvalidArchive(
-                f"the archive's entry {info.filename[:100]!r} {problem}; send {what} as a zip "
-                "of plain files and directories, each named inside it"
-            )
-
-
-def _read_json(archive: zipfile.ZipFile, file_name: str) -> dict[str, Any]:
-    matches = sorted(
-        (info for info in archive.infolist() if Path(info.filename).name == file_name),
-        key=lambda info: len(info.filename),
-    )
-    if not matches or matches[0].file_size > METADATA_MAX_BYTES:
-        return {}
-    try:
-        with archive.open(matches[0]) as member:
-            value = json.loads(member.read(METADATA_MAX_BYTES + 1))
-    except (ValueError, KeyError, zipfile.BadZipFile, NotImplementedError, RuntimeError,
-            RecursionError, OSError):  # fmt: skip
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _last_with(entries: list[Any], key: str) -> Any:
-    for entry in reversed(entries):
-        if isinstance(entry, dict) and key in entry:
-            return entry[key]
-    return None
-
-
-def describe_checkpoint(
-    source: bytes | Path, limits: ArchiveLimits | None = None
-) -> dict[str, Any]:
-    """Step and losses from trainer_state.json, model and version from config.json."""
-    if isinstance(source, bytes):
-        with tempfile.NamedTemporaryFile(suffix=".zip") as handle:
-            handle.write(source)
-            handle.flush()
-            return describe_checkpoint(Path(handle.name), limits)
-    with open_archive(source, limits or ArchiveLimits()) as archive:
-        refuse_unsafe_entries(archive, "the checkpoint")
-        infos = archive.infolist()
-        state = _read_json(archive, "trainer_state.json")
-        config = _read_json(archive, "config.json")
-    history = state.get("log_history") or []
-    history = history if isinstance(history, list) else []
-    last = history[-1] if history and isinstance(history[-1], dict) else {}
-    architectures = config.get("architectures") or []
-    has_weights = any(info.filename.endswith(WEIGHT_SUFFIXES) for info in infos)
-    return {
-        "size": sum(info.file_size for info in infos),
-        "step": last.get("step", state.get("global_step")),
-        "train_loss": _last_with(history, "loss"),
-        "eval_loss": _last_with(history, "eval_loss"),
-        "model": architectures[0] if isinstance(architectures, list) and architectures else None,
-        "version": config.get("transformers_version"),
-        "inference_ready": bool(config) and has_weights,
-    }
+    def delete_job(self, job_id: str) -> int:
+        """Remove every artifact of the job (logs included); how many objects went."""
+        ...

@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 
+from api.artifacts.uploads import UploadSessions
+from api.console.site import install as install_console
 from api.debug.orphans import OrphanSweep, close_at_start
 from api.http import problems
 from api.http.deps import ReadAfter
@@ -24,6 +26,7 @@ from api.http.routes import (
     jobs,
     nodes,
     secrets,
+    uploads,
 )
 from api.scheduling.scheduler import Scheduler
 from api.services import Services
@@ -59,9 +62,11 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     )
     app.state.services = services
     app.state.scheduler = scheduler
+    app.state.uploads = UploadSessions(services.database)
     problems.install(app)
     app.include_router(jobs.router, dependencies=[ReadAfter])
     app.include_router(agent.router)
+    app.include_router(uploads.router)
     app.include_router(debug.router)
     app.include_router(debug.agent_router)
     app.include_router(audit.router)
@@ -71,6 +76,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.include_router(datasets.router, dependencies=[ReadAfter])
     app.include_router(secrets.router)
     app.include_router(health.router)
+    install_console(app, services)  # the web console at /
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        identities=services.identities)  # fmt: skip
     app.add_middleware(CleanRequestText)  # before the token: a path no route could hold

@@ -11,8 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from api.artifacts.uploads import UploadSessions
 from api.http.problems import Problem, forbidden, revoked_token, unauthorized, views_halted
 from api.identity.identities import Caller, Identities, Revoked
+from api.identity.sessions import SESSION_COOKIE
 from api.services import Services
 from projections.projector import ProjectionHalted, ProjectionTimeout
 
@@ -23,6 +25,15 @@ async def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_uploads(request: Request) -> UploadSessions:
+    uploads: UploadSessions = request.app.state.uploads
+    return uploads
+
+
+UploadsDep = Annotated[UploadSessions, Depends(get_uploads)]
+"""The agents' upload sessions (the ``artifact_uploads`` table: any replica continues one)."""
 
 
 def bearer_token(scope: Any) -> str | None:
@@ -50,11 +61,22 @@ async def resolve_caller(identities: Identities, token: str | None) -> Caller:
 
 
 async def current_caller(request: Request, services: ServicesDep) -> Caller:
-    """The token's caller; the body limits already resolved it for requests with a body."""
+    """The token's caller; the body limits already resolved it for requests with a body.
+
+    A read without a token may come from the web console: its session cookie then stands
+    for the token it was opened with (a download link of a console page). Writes always
+    need the token itself."""
     known: Caller | None = getattr(request.state, "caller", None)
     if known is not None:
         return known
-    caller = await resolve_caller(services.identities, bearer_token(request.scope))
+    token = bearer_token(request.scope)
+    session = request.cookies.get(SESSION_COOKIE)
+    if token is None and session and request.method in ("GET", "HEAD"):
+        from_session = await run_in_threadpool(services.sessions.resolve, session)
+        if from_session is not None:
+            request.state.caller = from_session
+            return from_session
+    caller = await resolve_caller(services.identities, token)
     request.state.caller = caller
     return caller
 

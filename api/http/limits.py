@@ -2,7 +2,8 @@
 
 :class:`BodyLimits` is a pure ASGI middleware in front of the routes. For a request that
 carries a body it checks, in this order and before a byte of the body is read: the bearer
-token (401, so that an unknown client cannot make the server read 100 MB), the declared
+token of an API request (401, so that an unknown client cannot make the server read 100 MB;
+the web console's forms, outside ``/v1``, carry its session instead), the declared
 ``Content-Length`` against the route's limit (413), then counts the bytes as the route reads
 them and stops at the limit (413, for chunked bodies that declared nothing).
 """
@@ -35,11 +36,14 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _LOGS = re.compile(r"^/v1/agent/jobs/[^/]+/logs$")
-_UPLOAD = re.compile(r"^/v1/agent/jobs/[^/]+/(checkpoints|outputs)/[^/]+$|^/v1/datasets/[^/]+$")
+_UPLOAD = re.compile(r"^/v1/agent/uploads/[^/]+/parts/[^/]+$|^/v1/datasets/[^/]+$")
 DRAIN_BYTES = 16 * 2**20
 """A body at most this much over its limit is read and dropped before the 413 is sent, so that
 the client sees the answer; a larger one is cut off (its connection closed)."""
-_OPEN_PATHS = ("/health", "/metrics", "/docs", "/redoc", "/openapi.json")
+_TOKEN_PATHS = "/v1"
+"""The API: a body comes with a bearer token. The web console's forms (every other path that
+takes a body) carry its session cookie and CSRF token instead, checked by the console itself;
+their bodies are bounded all the same."""
 
 
 def body_limit(limits: Limits, method: str, path: str) -> tuple[int, str]:
@@ -74,7 +78,7 @@ class BodyLimits:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if not path.startswith(_OPEN_PATHS):
+        if path.startswith(_TOKEN_PATHS):
             token = bearer_token(scope)
             try:
                 caller = await resolve_caller(self.identities, token)

@@ -11,12 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.artifacts.store import (
-    ArchiveTooLarge,
-    InvalidArchive,
-    LogOffsetMismatch,
-    StorageUnavailable,
-)
+from api.artifacts.archives import ArchiveTooLarge, InvalidArchive
+from api.artifacts.store import LogOffsetMismatch, StorageUnavailable, UploadIncomplete
 from api.identity.identities import IdentityError
 from api.scheduling.nodes import NodeTaken
 from domain.application import JobNotFound
@@ -144,6 +140,19 @@ def too_many_followers(error: Exception) -> Problem:
     return unavailable("too-many-followers", "Too many log streams", str(error))
 
 
+def upload_not_found(upload_id: str) -> Problem:
+    return Problem(
+        404, "upload-not-found", "Upload not found",
+        f"no unfinished upload {upload_id[:64]} of a job of this node (it was aborted, or "
+        "another upload of the same artifact replaced it); begin the upload again",
+    )  # fmt: skip
+
+
+def upload_incomplete(detail: str) -> Problem:
+    return Problem(409, "upload-incomplete", "Upload incomplete",
+                   f"{detail}; begin the upload again")  # fmt: skip
+
+
 def problem_response(problem: Problem, request: Request | None, path: str = "") -> JSONResponse:
     body = {
         "type": f"https://flexai.dev/problems/{problem.slug}",
@@ -185,7 +194,13 @@ def from_domain(error: Exception) -> Problem:
     if isinstance(error, ProjectionHalted):
         return views_halted(error)
     if isinstance(error, StorageUnavailable):
-        return unavailable("storage-unavailable", "Storage unavailable", detail)
+        return unavailable(
+            "storage-unavailable", "Storage unavailable",
+            f"{detail}; nothing was lost: retry in {RETRY_AFTER_S} s (an operator must bring "
+            "the artifact store back)",
+        )  # fmt: skip
+    if isinstance(error, UploadIncomplete):
+        return upload_incomplete(detail)
     if isinstance(error, ProjectionTimeout):
         return unavailable(
             "views-behind", "Views behind",
@@ -263,7 +278,7 @@ def install(app: FastAPI) -> None:
     # Known failures answered here, not by the last-resort handler (which re-raises to the
     # server, so that each would be logged as a crash).
     for kind in (ProjectionHalted, ProjectionTimeout, StorageUnavailable, ArchiveTooLarge,
-                 NodeTaken, *_database_errors()):  # fmt: skip
+                 UploadIncomplete, NodeTaken, *_database_errors()):  # fmt: skip
         app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(Exception)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import domain.values as values
+from api.http.upload_schemas import RecordedOutput
 from domain.values import InvalidValue
 
 
@@ -39,11 +40,9 @@ Commit = Annotated[str, _bounded(values.check_commit)]
 Accelerators = Annotated[list[int], _bounded(values.check_accelerators)]
 ExitCode = Annotated[int, Field(ge=0, le=values.MAX_EXIT_CODE)]
 BigCount = Annotated[int, Field(ge=0, le=values.BIGINT_MAX)]
-ZIP_BODY = {"requestBody": {"required": True, "content": {
-    "application/zip": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
-"""OpenAPI's word for a route that reads a zip archive from its raw body."""
 BYTES_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
+"""OpenAPI's word for a route that reads raw bytes from its body (log bytes, a part)."""
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
 AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 
@@ -133,6 +132,8 @@ class JobPublic(JobSummary):
     failure: Failure | None
     stop: dict[str, Any] | None
     logs_unavailable: LogsUnavailable | None = None
+    outputs: list[RecordedOutput] = Field(default_factory=list)
+    """The output archive recorded for each node that uploaded one (by node index)."""
     placements: list[dict[str, Any]] = Field(default_factory=list)
     """One per node: index, node, address, built, accelerators, exit_code."""
     rendezvous: Rendezvous | None = None
@@ -165,6 +166,11 @@ class CheckpointPublic(BaseModel):
     version: str | None
     inference_ready: bool
     size: int | None
+    """The bytes its files unpack to."""
+    archive_size: int | None = None
+    """The bytes of its archive (None: recorded before archives' sizes were)."""
+    sha256: str | None = None
+    """The SHA-256 of its archive (None: recorded before archives' hashes were)."""
     created_at: str
 
 

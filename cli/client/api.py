@@ -5,15 +5,21 @@ mechanics of :mod:`cli.client.http`."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from cli.client.http import HttpSession
+from cli.errors import CliError
 from common.client_config import load_client_config
+from common.transfer import Altered, Fetched, Refused, Unavailable, fetch
 
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
+FETCH_PATIENCE_S = 10.0
+"""How long `fetch` keeps trying while the store or the control plane is away (or after a
+cut without progress) before it says so."""
 
 
 def _segment(value: str | int) -> str:
@@ -72,11 +78,22 @@ class ApiClient(HttpSession):
         """``GET /v1/jobs/{name}/checkpoints``: ``{"checkpoints": [...]}``, oldest first."""
         return self._json("GET", f"/v1/jobs/{_segment(name)}/checkpoints")
 
-    def iter_output(self, name: str, node_index: int = 0) -> Iterator[bytes]:
-        """``GET /v1/jobs/{name}/outputs/{node_index}``: the zip, chunk by chunk."""
+    def fetch_output(self, name: str, node_index: int, destination: Path) -> Fetched:
+        """``GET /v1/jobs/{name}/outputs/{node_index}`` into ``destination``: from the store
+        the answer redirects to, resumed after a cut, kept only whole and verified."""
         path = f"/v1/jobs/{_segment(name)}/outputs/{_segment(node_index)}"
-        with self._translated(), self._open("GET", path) as response:
-            yield from response.iter_bytes()
+        what = f"output_{node_index}.zip of job '{name}'"
+        try:
+            return fetch(self._http, path, destination, what=what, patience=FETCH_PATIENCE_S)
+        except Refused as refused:
+            raise CliError(" ".join(str(refused).split()), status=refused.status,
+                           slug=refused.slug) from None  # fmt: skip
+        except Unavailable as error:
+            raise CliError(f"{error}; nothing was written: run `flexai training fetch` again "
+                           "in a moment (the download resumes where it stopped)") from None
+        except Altered as altered:
+            raise CliError(f"refused: {altered}; fetch it again, and if it differs again "
+                           "the stored archive was altered (tell an operator)") from None
 
     def iter_logs(
         self, name: str, *, follow: bool = False, offset: int = 0, node_index: int = 0

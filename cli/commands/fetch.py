@@ -2,16 +2,16 @@
 
 Downloads everything the job's entry point wrote under FLEXAI_OUTPUT_DIR as `output_0.zip`
 (`_0` is the node index) into the current directory, or into --output-dir: a job on several
-nodes gives `output_0.zip`, `output_1.zip`, ... (--node-index K fetches one). Each file appears
-only once it is complete; an existing file of that name is replaced.
+nodes gives `output_0.zip`, `output_1.zip`, ... (--node-index K fetches one). The bytes come
+straight from the artifact store. Each file appears only once it is complete and its SHA-256
+is the one the job's ledger recorded (a file whose bytes differ is refused, naming both
+hashes); an existing file of that name is replaced. An interrupted download resumes where it
+stopped, also when `fetch` is run again.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def execute(args: argparse.Namespace) -> int:
     from cli.client.api import ApiClient
 
@@ -73,18 +67,6 @@ def _download(client: Any, name: str, index: int, directory: Path) -> None:
     from cli.output.formats import format_size
 
     target = (directory / f"output_{index}.zip").resolve()
-    size = 0
-    chunks = client.iter_output(name, index)
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-                size += len(chunk)
-        os.chmod(partial, 0o666 & ~_umask())
-        os.replace(partial, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
-        raise
-    print(f"Downloaded {target} ({format_size(size)}, {size} bytes)")
+    fetched = client.fetch_output(name, index, target)
+    checked = f", SHA-256 {fetched.sha256}" if fetched.verified else ""
+    print(f"Downloaded {target} ({format_size(fetched.size)}, {fetched.size} bytes{checked})")

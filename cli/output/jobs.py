@@ -13,6 +13,7 @@ from cli.output.formats import (
     format_duration,
     format_facts,
     format_seconds,
+    format_size,
     format_timestamp,
 )
 from cli.output.tables import render_table
@@ -79,6 +80,10 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     else:
         detail["node"] = job.get("node")
     detail["accelerators"] = format_cell(job.get("accelerators"))
+    outputs = job.get("outputs") or []
+    if outputs:
+        detail["outputs"] = [f"output_{o.get('node_index')}.zip: {format_size(o.get('size'))}, "
+                             f"SHA-256 {o.get('sha256')}" for o in outputs]  # fmt: skip
     detail["timestamps"] = {
         "created": format_timestamp(job.get("created_at")),
         "started": format_timestamp(job.get("started_at")),

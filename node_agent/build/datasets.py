@@ -28,7 +28,7 @@ from pathlib import Path
 
 from node_agent.build.unpack import ArchiveRefused, NoSpace, UnpackLimits
 from node_agent.build.unpack import unpack as safe_unpack
-from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.client import ApiError, ApiUnavailable, ArtifactAltered, ControlPlaneClient
 from node_agent.models import JobSpec
 
 FetchDataset = Callable[[str, Path], None]
@@ -68,6 +68,8 @@ class DatasetCache:
         def fetch(content_hash: str, destination: Path) -> None:
             try:
                 client.download_dataset(job_id, content_hash, destination)
+            except ArtifactAltered as error:
+                raise UnsafeArchive(str(error.problem.get("detail"))) from None
             except ApiError as error:
                 said = error.problem.get("detail") or str(error)
                 raise DatasetUnavailable("dataset_not_found", str(said)) from None

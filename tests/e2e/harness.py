@@ -186,8 +186,10 @@ def start_server(
     *,
     scheduling_patience: float = 5,
     server_flags: tuple[str, ...] = (),
+    server_env: dict[str, str] | None = None,
 ) -> Cluster:
-    """A server alone, ready, with the admin token of the client config it wrote."""
+    """A server alone, ready, with the admin token of the client config it wrote
+    (``server_env``: what the server's environment holds besides, e.g. AWS credentials)."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -209,7 +211,7 @@ def start_server(
     if database_url:
         server_args += ["--database-url", database_url]
     server_args += server_flags
-    _start(cluster, "server", server_args, env)
+    _start(cluster, "server", server_args, {**env, **(server_env or {})})
     config = root / "config.json"
 
     def ready() -> bool:
@@ -233,11 +235,12 @@ def start_cluster(
     token_in_environment: bool = False,
     agent_flags: tuple[str, ...] = (),
     server_flags: tuple[str, ...] = (),
+    server_env: dict[str, str] | None = None,
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
     as pytest's temporary directories are that user's alone). The agent's node token (an
     admin made it) is in a file, or in ``FLEXAI_TOKEN`` with ``token_in_environment``."""
-    cluster = start_server(root, database_url, server_flags=server_flags)
+    cluster = start_server(root, database_url, server_flags=server_flags, server_env=server_env)
     env = cluster.env
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
                   "--name", "test-node", "--work-dir", str(root / "agent"),

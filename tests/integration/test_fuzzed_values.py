@@ -17,7 +17,7 @@ from api.http.app import create_app
 from api.identity.identities import ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from tests.support import node_headers
+from tests.support import node_headers, send_archive
 
 AGENT = {"X-Flexai-Agent-Id": "fuzz-agent-0123456789"}
 ACCEPTED = {200, 201, 404, 409, 413, 422}
@@ -114,10 +114,7 @@ def test_any_agent_report_or_checkpoint_name_is_recorded_or_refused_and_the_view
     response = fuzz.client.post(f"/v1/agent/jobs/{fuzz.job_id}/reports",
                                 headers=fuzz.agent_headers, json=report)  # fmt: skip
     assert response.status_code in ACCEPTED, response.text
-    segment = checkpoint.encode("utf-8", "surrogatepass").hex()[:60]
-    uploaded = fuzz.client.put(
-        f"/v1/agent/jobs/{fuzz.job_id}/checkpoints/{segment}{checkpoint[:1]!r}",
-        params={"node_id": fuzz.node_id}, headers=fuzz.agent_headers, content=b"PK",
-    )  # fmt: skip
+    uploaded = send_archive(fuzz.client, fuzz.agent_headers, fuzz.job_id, fuzz.node_id,
+                            b"PK", name=checkpoint)  # fmt: skip
     assert uploaded.status_code in ACCEPTED, uploaded.text
     fuzz.assert_views_run()

@@ -22,7 +22,7 @@ from api.settings import Limits, Settings
 from domain.actors import user
 from domain.job import TrainingJob
 from tests.integration.test_api_problems import SPEC, assert_problem
-from tests.support import node_headers
+from tests.support import node_headers, send_archive
 
 AGENT_A = "agent-a-0123456789abcdef"
 AGENT_B = "agent-b-0123456789abcdef"
@@ -120,11 +120,9 @@ def test_a_node_name_or_checkpoint_name_with_a_nul_byte_is_refused_before_it_is_
 ) -> None:
     assert_problem(api.register(name="gpu\x00evil"), 422, "invalid-request")
     job_id, node_id = api.running_job()
-    response = api.client.put(
-        f"/v1/agent/jobs/{job_id}/checkpoints/ck%00pt", params={"node_id": node_id},
-        headers=api.agent_headers(), content=zip_of({"a.txt": b"x"}),
-    )  # fmt: skip
-    assert assert_problem(response, 422, "invalid-request")["field"] == "path"  # before routing
+    response = send_archive(api.client, api.agent_headers(), job_id, node_id,
+                            zip_of({"a.txt": b"x"}), name="ck\x00pt")  # fmt: skip
+    assert assert_problem(response, 422, "invalid-request")["field"] == "name"
     assert api.client.get("/v1/jobs/victim/checkpoints", headers=api.headers).json() == {
         "checkpoints": []
     }
@@ -202,10 +200,7 @@ def test_a_zip_bomb_checkpoint_is_refused_without_being_unpacked_or_kept(
     job_id, node_id = api.running_job()
     bomb = zip_of(files)
     assert len(bomb) < 100_000
-    response = api.client.put(
-        f"/v1/agent/jobs/{job_id}/checkpoints/ck-1", params={"node_id": node_id},
-        headers=api.agent_headers(), content=bomb,
-    )  # fmt: skip
+    response = send_archive(api.client, api.agent_headers(), job_id, node_id, bomb, name="ck-1")
     assert says in assert_problem(response, 413, "payload-too-large")["detail"]
     job_dir = api.services.artifacts.root / "jobs" / job_id
     assert [p.name for p in job_dir.rglob("*") if p.is_file()] == []

@@ -47,6 +47,8 @@ from tests.support import SPEC_TRANSITIONS
 STOPPABLE = {"pending", "scheduling", "building", "enqueued", "in progress"}
 ON_NO_NODE = {"pending", "scheduling"}
 RUNNING = {"in progress", "stop in progress"}
+RAN = RUNNING | {"succeeded", "failed", "stopped", "stop failed"}
+"""Where a node's outputs may be recorded (the issue's contract: once the job ran)."""
 
 # The commands that move a job on from each status, and how often to pick each (an agent's
 # unasked "stopped" is tried too, and must be refused). Only to aim the random choice, so
@@ -58,11 +60,12 @@ AIMED: dict[str, dict[str, int]] = {
                  "report_stopped": 1, "lose_node": 1},
     "enqueued": {"report_exited_elsewhere": 3, "lose_node": 2, "request_stop": 1,
                  "report_stopped": 1},
-    "in progress": {"report_exited": 2, "record_checkpoint": 2, "report_failed": 1,
-                    "request_stop": 2, "report_stopped": 1, "lose_node": 1},
+    "in progress": {"report_exited": 2, "record_checkpoint": 2, "record_outputs": 1,
+                    "report_failed": 1, "request_stop": 2, "report_stopped": 1, "lose_node": 1},
     "stop in progress": {"report_stopped": 2, "report_stop_failed": 1, "record_checkpoint": 1,
-                         "lose_node": 1},
-    **{status: {"delete": 1} for status in TERMINAL},
+                         "record_outputs": 1, "lose_node": 1},
+    **{status: {"delete": 1, "record_outputs": 1} for status in TERMINAL - {"rejected"}},
+    "rejected": {"delete": 1},
 }  # fmt: skip
 COMMANDS = sorted({command for commands in AIMED.values() for command in commands})
 
@@ -86,6 +89,8 @@ class Expected:
     failure_says: str | None = None
     deleted: bool = False
     checkpoints: set[str] = field(default_factory=set)
+    output: str | None = None
+    """The SHA-256 of node 0's output archive, once recorded."""
     events: int = 1
     place: int = 0
     """Its place among the example's submissions: the order of every node's line."""
@@ -522,6 +527,23 @@ class Ledger(RuleBasedStateMachine):
             job.checkpoints.add(str(checkpoint["id"]))
             job.events += 1
 
+    def record_outputs(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+        sha256 = data.draw(st.sampled_from(["a" * 64, "b" * 64]))
+        node_id = self._reporting_node(job, data)
+        expected: Expectation = 1
+        if node_id != job.node_id:
+            expected = Refused(WrongNode)
+        elif job.deleted:
+            expected = Refused(JobDeleted)
+        elif job.output == sha256:
+            expected = None  # a resend; another archive replaces the one recorded
+        elif job.status not in RAN:
+            expected = Refused(DomainError)
+        self._run(lambda: self.app.record_outputs(job_id, node_id, 0, 2048, sha256), expected)
+        if expected == 1:
+            job.output = sha256
+            job.events += 1
+
     # -- invariants --------------------------------------------------------------------------
 
     def _event_names(self, job_id: UUID) -> list[str]:
@@ -544,8 +566,9 @@ class Ledger(RuleBasedStateMachine):
             names = self._event_names(job_id)
             ends = [i for i, name in enumerate(names)
                     if name in EVENT_STATUS and EVENT_STATUS[name].value in TERMINAL]  # fmt: skip
-            if ends:  # only a deletion follows, and late reports kept for audit
-                after = [name for name in names[ends[0] + 1 :] if name != "ReportRefused"]
+            if ends:  # only a deletion follows, late reports kept for audit and nodes' outputs
+                after = [name for name in names[ends[0] + 1 :]
+                         if name not in ("ReportRefused", "OutputsRecorded")]  # fmt: skip
                 assert after in ([], ["Deleted"]), names
 
     @invariant()
@@ -571,6 +594,7 @@ class Ledger(RuleBasedStateMachine):
                 assert job.accelerators == expected.accelerators
                 assert job.deleted == expected.deleted
                 assert job.checkpoint_ids == expected.checkpoints
+                assert job.recorded_output(0) == expected.output
                 if expected.failure_code is None:
                     assert job.failure is None
                 else:

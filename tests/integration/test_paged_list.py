@@ -202,6 +202,17 @@ def test_a_deep_page_is_an_index_range_scan_without_a_sort(
     assert "TEMP B-TREE" not in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
 
 
+def test_a_deep_page_of_everyones_jobs_of_one_status_is_an_index_range_scan_too(
+    api: Api,
+) -> None:
+    api.submit(*names(60))
+    cursor = api.page(limit=30, status="pending")["next_cursor"]
+    sql, params = page_jobs_sql(None, 51, decode_cursor(cursor), statuses=[Status.PENDING])
+    plan = _plan(api.services, sql, params)
+    assert "job_list_status_newest" in plan, plan
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
+
+
 class _Recording:
     """A database whose statements are kept, to read the plan of what a query really runs."""
 

@@ -121,7 +121,7 @@ def concrete(world: World, path: str) -> str:
     values = {
         "name": "a-job", "job_id": world.job_id, "node_id": str(Node.create_id("node-1")),
         "node_index": "0", "checkpoint_name": "ck-1", "checkpoint_id": "ck-nope",
-        "content_hash": "0" * 64, "token_id": world.a_token_id,
+        "content_hash": "0" * 64, "token_id": world.a_token_id, "number": "1",
     }  # fmt: skip
     return re.sub(r"\{(\w+)(?::\w+)?\}", lambda match: values.get(match.group(1), "x1"), path)
 
@@ -149,10 +149,14 @@ def call(world: World, caller: str, method: str, path: str) -> Any:
         body = {"public_key": "ssh-ed25519 " + "A" * 68, "node_index": 0}
     elif path.endswith("/reports"):
         body = {"type": "built", "node_id": str(Node.create_id("node-1")), "commit": "c0ffee"}
-    elif re.search(r"/(logs|checkpoints/\{checkpoint_name\}|outputs/\{node_index\})$", path) or (
-        path == "/v1/datasets/{name}"
-    ):
-        content = b"x"  # raw bodies: log bytes, zip archives
+    elif path.endswith("/uploads"):
+        body = {"kind": "output", "node_id": str(Node.create_id("node-1")), "node_index": 0}
+    elif path.endswith("/uploads/{upload_id}/parts"):
+        body = {"numbers": [1]}
+    elif path.endswith("/complete"):
+        body = {"parts": [{"number": 1, "etag": "e"}], "size": 1, "sha256": "0" * 64}
+    elif re.search(r"/(logs|parts/\{number\})$", path) or path == "/v1/datasets/{name}":
+        content = b"x"  # raw bodies: log bytes, zip archives and their parts
     elif method in ("POST", "PUT"):
         body = {}
     request: dict[str, Any] = {"headers": headers, "params": params}

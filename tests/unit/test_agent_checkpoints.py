@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
+import io
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from node_agent.artifacts.checkpoints import CheckpointWatcher, zip_tree
-from tests.support import unzip
+from node_agent.artifacts.checkpoints import CheckpointWatcher
+from node_agent.artifacts.uploader import Artifact
+from node_agent.artifacts.zipping import write_zip
+from node_agent.client import ApiUnavailable
 
 
 class RecordingClient:
+    """An uploader that keeps what it was given, zipped as the real one zips it."""
+
     def __init__(self) -> None:
         self.uploads: list[tuple[str, dict[str, bytes]]] = []
+        self.away = False  # the agent shuts down: every upload gives up
 
-    def upload_checkpoint(
-        self, job_id: str, name: str, node_id: str, archive: Path, node_index: int = 0
-    ) -> None:
-        assert (job_id, node_id) == ("job-1", "node-1")
-        self.uploads.append((name, unzip(archive)))
+    def upload(self, artifact: Artifact) -> dict[str, Any]:
+        assert (artifact.job_id, artifact.node_id, artifact.kind) == ("job-1", "node-1",
+                                                                      "checkpoint")
+        if self.away:
+            raise ApiUnavailable("the agent is shutting down")
+        sink = io.BytesIO()
+        write_zip(artifact.source, sink, trusted=artifact.trusted)
+        with zipfile.ZipFile(sink) as bundle:
+            files = {info.filename: bundle.read(info) for info in bundle.infolist()}
+        self.uploads.append((str(artifact.name), files))
+        return {"name": artifact.name}
 
     @property
     def names(self) -> list[str]:
@@ -34,13 +47,11 @@ def client() -> RecordingClient:
 
 def watcher(tmp_path: Path, client: RecordingClient, stable_for: float = 0.2) -> CheckpointWatcher:
     (tmp_path / "output-checkpoint").mkdir(exist_ok=True)
-    (tmp_path / "scratch").mkdir(exist_ok=True)
     return CheckpointWatcher(
         client,  # type: ignore[arg-type]
         "job-1",
         "node-1",
         tmp_path / "output-checkpoint",
-        tmp_path / "scratch",
         stable_for=stable_for,
         interval=0.05,
     )
@@ -70,7 +81,6 @@ def test_a_stable_checkpoint_directory_is_uploaded_once_with_its_contents(
             {"model.safetensors": b"weights", "nested/trainer_state.json": b"{}"},
         )
     ]
-    assert not list((tmp_path / "scratch").iterdir())
 
 
 def test_a_checkpoint_still_being_written_is_not_uploaded_yet(
@@ -111,8 +121,14 @@ def test_the_final_scan_uploads_what_is_left_oldest_first_but_no_temporary_names
     assert client.names == ["checkpoint-1", "checkpoint-2"]
 
 
-def test_an_empty_output_directory_zips_to_an_empty_archive(tmp_path: Path) -> None:
-    (tmp_path / "output").mkdir()
-    zip_tree(tmp_path / "output", tmp_path / "output.zip", trusted=tmp_path)
-    with zipfile.ZipFile(tmp_path / "output.zip") as bundle:
-        assert bundle.namelist() == []
+def test_a_checkpoint_not_uploaded_because_the_agent_shut_down_is_not_given_up(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    watch = watcher(tmp_path, client)
+    (tmp_path / "output-checkpoint" / "checkpoint-1").mkdir()
+    (tmp_path / "output-checkpoint" / "checkpoint-1" / "w").write_bytes(b"w")
+    client.away = True
+    watch.finish()
+    client.away = False
+    watch.scan(final=True)  # as the restarted agent's watcher does
+    assert client.names == ["checkpoint-1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import stat
 import threading
 import time
@@ -22,7 +23,9 @@ from node_agent.build.datasets import (
     remove_tree,
     unpack,
 )
+from node_agent.client import ControlPlaneClient
 from node_agent.models import JobSpec
+from tests.artifact_plane import ArtifactPlane, serve_plane
 
 
 def zip_bytes(files: dict[str, bytes], *, links: dict[str, str] | None = None) -> bytes:
@@ -249,3 +252,33 @@ def test_removing_a_partial_tree_copes_with_read_only_directories(tmp_path: Path
         path.chmod(0o555)
     remove_tree(top)
     assert not top.exists()
+
+
+def test_a_version_downloaded_from_the_store_is_verified_on_the_way_and_kept_only_whole(
+    tmp_path: Path,
+) -> None:
+    weights = os.urandom(2 * 2**20)  # enough for bytes to arrive before the cut
+    archive = zip_bytes({"rows.csv": b"a,b\n", "weights.bin": weights})
+    pinned = hashlib.sha256(archive).hexdigest()
+    path = f"/v1/agent/jobs/job-1/datasets/{pinned}"
+    plane = ArtifactPlane(objects={path: archive}, recorded_sha={path: pinned}, redirect=True,
+                          cut_downloads=1)  # fmt: skip
+    server = serve_plane(plane)
+    client = ControlPlaneClient(plane.url, plane.token, retry_for=5.0)
+    try:
+        cache = DatasetCache.for_job(client, "job-1", tmp_path)
+        directory, cached = cache.get(pinned)
+        assert (directory / "weights.bin").read_bytes() == weights and not cached
+        assert plane.ranges  # resumed after the cut, from the store, without the token
+
+        tampered = zip_bytes({"rows.csv": b"tampered"})
+        other = "0" * 64
+        plane.objects[f"/v1/agent/jobs/job-1/datasets/{other}"] = tampered
+        plane.recorded_sha[f"/v1/agent/jobs/job-1/datasets/{other}"] = other
+        with pytest.raises(DatasetUnavailable) as refused:
+            cache.get(other)
+    finally:
+        client.close()
+        server.shutdown()
+    assert refused.value.code == "dataset_invalid" and other in str(refused.value)
+    assert not (tmp_path / "datasets-cache" / other).exists()

@@ -47,6 +47,8 @@ class ControlPlane:
         self.reports: list[dict[str, Any]] = []
         self.logs: dict[str, bytearray] = {}
         self.uploads: list[str] = []
+        """``jobs/<id>/outputs/<k>`` and ``jobs/<id>/checkpoints/<name>``, once completed."""
+        self.sessions: dict[str, dict[str, Any]] = {}
         self.heartbeats = 0
         self.registrations: list[dict[str, Any]] = []
         self.taken = False  # another agent holds the node: every call answers node-taken
@@ -93,9 +95,21 @@ class ControlPlane:
                                  "expected_offset": len(held)}  # fmt: skip
                 held.extend(body[len(held) - offset :])
                 return 200, {"size": len(held)}
-            if method == "PUT":
-                self.uploads.append("/".join(parts))
-                return 200, {"size": len(body)}
+            if method == "POST" and parts[-1:] == ["uploads"]:  # a session per archive
+                upload_id = f"u{len(self.sessions)}"
+                self.sessions[upload_id] = {"job_id": parts[1], **json.loads(body)}
+                return 201, {"id": upload_id, "part_size": 1 << 20}
+            if method == "POST" and parts[-1:] == ["parts"]:
+                return 200, {"parts": [{"number": n, "url": f"{path}/{n}", "headers": {}}
+                                       for n in json.loads(body)["numbers"]]}  # fmt: skip
+            if method == "PUT" and parts[-2:-1] == ["parts"]:
+                return 200, {"number": int(parts[-1]), "etag": f"part-{parts[-1]}"}
+            if method == "POST" and parts[-1:] == ["complete"]:
+                session = self.sessions[parts[1]]
+                kind = "outputs" if session["kind"] == "output" else "checkpoints"
+                which = session["node_index"] if kind == "outputs" else session["name"]
+                self.uploads.append(f"jobs/{session['job_id']}/{kind}/{which}")
+                return 200, {"size": json.loads(body)["size"]}
         return 404, {"type": "https://flexai.dev/problems/not-found"}
 
     def report(self, job_id: str, report: dict[str, Any]) -> tuple[int, dict[str, Any]]:

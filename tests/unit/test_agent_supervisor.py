@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
 import sys
 import threading
+import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +19,12 @@ from typing import Any
 import pytest
 
 from node_agent.accelerators import AcceleratorPool
+from node_agent.artifacts import uploader as uploads
 from node_agent.client import ApiError, ApiUnavailable
 from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec, Rendezvous
 from node_agent.run.jobrun import JobRun
 from node_agent.supervisor import JobSupervisor, SupervisorSettings
-from tests.support import STUBBORN_GROUP, alive, git, job_repo, unzip, wait_until
+from tests.support import STUBBORN_GROUP, alive, git, job_repo, wait_until
 
 REPORTED_STATUS = {
     "build_failed": "failed",
@@ -40,6 +45,9 @@ class FakeControlPlane:
         self.refuse: dict[str, str] = {}  # report type -> the status a 409 says the job has
         self.storage_down = False  # log appends answer 503 storage-unavailable
         self.refuse_uploads: ApiError | None = None
+        self.uploads: dict[str, tuple[str, dict[str, Any], dict[int, bytes]]] = {}
+        self.store_away = False  # part uploads answer 503 storage-unavailable
+        self.part_tries = 0
         self.built_answer: dict[str, Any] = {"status": "in progress", "accelerators": [0]}
         self.lock = threading.Lock()
 
@@ -73,21 +81,59 @@ class FakeControlPlane:
             self.events.append(("logs", job_id))
             return len(held)
 
-    def upload_checkpoint(
-        self, job_id: str, name: str, node_id: str, archive: Path, node_index: int = 0
-    ) -> None:
-        if self.refuse_uploads is not None:
-            raise self.refuse_uploads
-        with self.lock:
-            self.events.append(("checkpoint", job_id, name, unzip(archive)))
+    # -- the upload protocol: sessions, parts, complete ------------------------------------
 
-    def upload_outputs(
-        self, job_id: str, node_index: int, archive: Path, *, retry_for: float | None = None
-    ) -> None:
+    closing = False
+
+    def pause(self, seconds: float) -> bool:
+        time.sleep(seconds)
+        return False
+
+    def begin_upload(
+        self, job_id: str, body: dict[str, Any], retry_for: float | None = None
+    ) -> dict[str, Any]:
         if self.refuse_uploads is not None:
             raise self.refuse_uploads
         with self.lock:
-            self.events.append(("outputs", job_id, unzip(archive)))
+            upload_id = f"upload-{len(self.uploads)}"
+            self.uploads[upload_id] = (job_id, body, {})
+        return {"id": upload_id, "part_size": 64 * 1024}
+
+    def part_targets(
+        self, upload_id: str, numbers: list[int], retry_for: float | None = None
+    ) -> list[dict[str, Any]]:
+        return [{"number": n, "url": f"/v1/agent/uploads/{upload_id}/parts/{n}"} for n in numbers]
+
+    def put_part(
+        self, target: dict[str, Any], data: list[bytes], retry_for: float | None = None
+    ) -> str:
+        with self.lock:
+            self.part_tries += 1
+            if self.store_away:
+                raise ApiUnavailable("the control plane answered 503 storage-unavailable: away")
+            _, _, upload_id, _, number = target["url"].rsplit("/", 4)
+            self.uploads[upload_id][2][int(number)] = b"".join(data)
+        return f"etag-{number}"
+
+    def abort_upload(self, upload_id: str, retry_for: float | None = None) -> None:
+        with self.lock:
+            self.uploads.pop(upload_id, None)
+
+    def complete_upload(
+        self, upload_id: str, parts: list[tuple[int, str]], size: int, sha256: str,
+        retry_for: float | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        job_id, body, received = self.uploads[upload_id]
+        data = b"".join(received[number] for number, _ in parts)
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (size, sha256)
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            files = {info.filename: archive.read(info) for info in archive.infolist()}
+        with self.lock:
+            if body["kind"] == "checkpoint":
+                self.events.append(("checkpoint", job_id, body["name"], files))
+            else:
+                self.events.append(("outputs", job_id, files))
+        return {"size": size, "sha256": sha256}
 
     def reports(self, job_id: str) -> list[str]:
         return [event[2] for event in self.events if event[:2] == ("report", job_id)]
@@ -505,6 +551,26 @@ def test_checkpoints_and_outputs_refused_as_too_large_are_logged_once_and_the_jo
     assert len(refusals) == 2, refusals  # the checkpoint, the outputs: once each
     assert "checkpoint checkpoint-1 not uploaded: 413 payload-too-large" in refusals[0]
     assert "the output directory was not uploaded: 413 payload-too-large" in refusals[1]
+
+
+def test_a_job_ends_only_once_the_store_is_back_and_took_its_checkpoint_and_outputs(
+    tmp_path: Path, plane: FakeControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(uploads, "FIRST_BACKOFF_S", 0.01)
+    monkeypatch.setattr(uploads, "MAX_BACKOFF_S", 0.05)
+    plane.store_away = True
+    url, _ = repo_and_commit(tmp_path, REPORTING_JOB)
+    supervisor = supervise(tmp_path, plane, url)
+    wait_until(lambda: plane.part_tries > 20, timeout=60)  # long past one call's own retries
+    assert plane.reports("job-1") == ["built"]  # its end waits: nothing is dropped
+
+    plane.store_away = False
+    supervisor.join(30)
+
+    exited = plane.last_index("job-1", "report")
+    assert plane.reports("job-1") == ["built", "exited"]
+    assert ("checkpoint", "job-1", "checkpoint-1", {"w.bin": b"w"}) in plane.events[:exited]
+    assert ("outputs", "job-1", {"result.txt": b"done"}) in plane.events[:exited]
 
 
 def test_a_job_running_past_its_time_limit_is_ended_and_fails_saying_so(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import threading
@@ -14,6 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+import cli.client.api as cli_api
 import cli.client.http
 from cli.main import main
 
@@ -463,9 +465,11 @@ def test_fetch_without_output_leaves_no_file(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_download_cut_short_leaves_no_half_file(
-    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_download_cut_short_again_and_again_leaves_no_half_file(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(cli_api, "FETCH_PATIENCE_S", 0.5)  # tries again after each cut, a while
     def cut(handler: BaseHTTPRequestHandler, _: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "application/zip")
@@ -478,4 +482,45 @@ def test_a_download_cut_short_leaves_no_half_file(
     code = main(["training", "fetch", "my-job", "--node-index", "1", "--output-dir", str(tmp_path)])
     assert code == 1
     assert one_error_line(capsys.readouterr().err).startswith("the connection to the control")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_refuses_bytes_that_differ_from_the_recorded_sha256_naming_both(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    archive = b"PK\x05\x06" + bytes(18)
+    recorded = "ab" * 32
+
+    def altered(handler: BaseHTTPRequestHandler, _: Seen) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/zip")
+        handler.send_header("Content-Length", str(len(archive)))
+        handler.send_header("X-Flexai-Size", str(len(archive)))
+        handler.send_header("X-Flexai-Sha256", recorded)
+        handler.end_headers()
+        handler.wfile.write(archive)
+
+    plane.routes[("GET", "/v1/jobs/my-job/outputs/0")] = altered
+    code = main(["training", "fetch", "my-job", "--node-index", "0", "--output-dir", str(tmp_path)])
+
+    said = one_error_line(capsys.readouterr().err)
+    assert code == 1
+    assert "output_0.zip of job 'my-job'" in said
+    assert recorded in said and hashlib.sha256(archive).hexdigest() in said
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_tells_clearly_when_the_store_is_away(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(cli_api, "FETCH_PATIENCE_S", 0.3)
+    plane.problem("GET", "/v1/jobs/my-job/outputs/0", 503, "storage-unavailable",
+                  "cannot store or read outputs in s3://bucket: connection refused")  # fmt: skip
+
+    code = main(["training", "fetch", "my-job", "--node-index", "0", "--output-dir", str(tmp_path)])
+
+    said = one_error_line(capsys.readouterr().err)
+    assert code == 1
+    assert "503 storage-unavailable" in said and "s3://bucket" in said and "again" in said
     assert list(tmp_path.iterdir()) == []

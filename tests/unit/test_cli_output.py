@@ -281,3 +281,10 @@ def test_inspect_view_survives_a_minimal_answer() -> None:
 
 def test_tz_fixture_restores_the_environment() -> None:
     assert os.environ.get("TZ") != "Asia/Kolkata"
+
+
+def test_inspect_shows_each_nodes_output_with_its_size_and_sha256() -> None:
+    outputs = [{"node_index": 0, "size": 3 * 2**20, "sha256": "ab" * 32, "at": "2026-12-03"}]
+    text = render_job(dict(SAMPLE_JOB, outputs=outputs))
+    assert f"outputs:\n  - output_0.zip: 3.0 MiB, SHA-256 {'ab' * 32}" in text
+    assert "outputs:" not in render_job(SAMPLE_JOB)

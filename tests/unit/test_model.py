@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.actors import agent, scheduler, user
-from domain.errors import IllegalTransition, InvalidJobSpec, JobDeleted, JobNotTerminal, NameTaken
+from domain.errors import (
+    DomainError,
+    IllegalTransition,
+    InvalidJobSpec,
+    JobDeleted,
+    JobNotTerminal,
+    NameTaken,
+)
 from domain.job import TrainingJob
 from domain.job_name import JobName, check_name
 from domain.lifecycle import EVENT_STATUS
@@ -363,3 +370,46 @@ def test_registering_a_node_again_unchanged_records_nothing() -> None:
     node.update(accels=4, accel_type="H100", by=NODE)
     assert node.accels == 4
     assert len(node.collect_events()) == 1
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+SHA_A, SHA_B = "a" * 64, "b" * 64
+
+
+def test_a_nodes_output_is_recorded_once_and_a_new_archive_replaces_it() -> None:
+    job = job_at("succeeded")
+    assert job.record_outputs(0, 2048, SHA_A, by=NODE) is True
+    assert job.record_outputs(0, 2048, SHA_A, by=NODE) is False  # a resend records nothing
+    assert job.record_outputs(0, 4096, SHA_B, by=NODE) is True
+    assert [type(e).__name__ for e in job.collect_events()] == ["OutputsRecorded"] * 2
+    assert job.recorded_output(0) == SHA_B
+
+
+@pytest.mark.parametrize("status", ["pending", "scheduling", "building", "enqueued", "rejected"])
+def test_an_output_of_a_job_that_never_ran_is_refused(status: str) -> None:
+    job = job_at(status)
+    with pytest.raises(DomainError, match="outputs are recorded only once it ran"):
+        job.record_outputs(0, 2048, SHA_A, by=NODE)
+    assert job.collect_events() == []
+
+
+@pytest.mark.parametrize(("node_index", "size", "sha256", "field"), [
+    (1, 2048, SHA_A, "node_index"), (0, -1, SHA_A, "size"), (0, 2048, "A" * 64, "sha256"),
+])  # fmt: skip
+def test_an_output_out_of_bounds_is_refused_naming_the_field(
+    node_index: int, size: int, sha256: str, field: str
+) -> None:
+    job = job_at("in progress")
+    with pytest.raises(InvalidJobSpec) as refused:
+        job.record_outputs(node_index, size, sha256, by=NODE)
+    assert refused.value.field == field
+
+
+def test_a_checkpoints_archive_size_and_sha256_are_checked_when_given() -> None:
+    job = job_at("in progress")
+    with pytest.raises(InvalidJobSpec) as refused:
+        job.record_checkpoint({"id": "c1", "name": "a", "archive_size": 10, "sha256": "x"},
+                              by=NODE)  # fmt: skip
+    assert refused.value.field == "sha256"
+    assert job.record_checkpoint({"id": "c2", "name": "b"}, by=NODE)  # old agents send none

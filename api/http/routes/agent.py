@@ -1,26 +1,25 @@
-"""Agents' routes: register, heartbeat, assignments, reports, logs, checkpoints, outputs."""
+"""Agents' routes: register, heartbeat, assignments, reports, logs, input checkpoints (their
+uploads of checkpoints and outputs: :mod:`api.http.routes.uploads`)."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path as FsPath
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
 
+from api.artifacts.store import checkpoint_key
 from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
+from api.http.downloads import ANSWERS, artifact_answer
 from api.http.problems import Problem
 from api.http.schemas import (
     AGENT_ID_HEADER,
     AGENT_ID_PATTERN,
     BYTES_BODY,
-    ZIP_BODY,
     Assignment,
     Assignments,
-    CheckpointPublic,
     NodeRegister,
     NodeRegistered,
     Report,
@@ -29,10 +28,9 @@ from api.http.schemas import (
 )
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.services import Services
-from domain.application import checkpoint_id as derive_checkpoint_id
 from domain.node import Node
 from domain.statuses import Status
-from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_checkpoint_name
+from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(prefix="/v1/agent", tags=["agents"])
 JobId = Annotated[UUID, Path(description="the job's id")]
@@ -238,71 +236,22 @@ async def ship_logs(job_id: JobId, offset: LogOffset, agent_id: AgentId, request
     return Size(size=size)
 
 
-@router.put("/jobs/{job_id}/checkpoints/{checkpoint_name}",
-            dependencies=[Depends(LedgerWritable)], openapi_extra=ZIP_BODY)  # fmt: skip
-async def upload_checkpoint(job_id: JobId, checkpoint_name: str, node_id: str,
-                            agent_id: AgentId, request: Request, services: ServicesDep,
-                            node: CurrentNode, node_index: NodeIndex = 0,
-                            ) -> CheckpointPublic:  # fmt: skip
-    """Store a checkpoint (a zip) and record it on the job's ledger."""
-    try:
-        check_checkpoint_name(checkpoint_name)
-    except InvalidValue as error:
-        raise Problem(422, "invalid-request", "Invalid checkpoint name", str(error),
-                      field="checkpoint_name") from None  # fmt: skip
-    require_own_node(node, node_id)
-    document = await run_in_threadpool(
-        job_of_holder, services, job_id, agent_id, node, node_index
-    )
-    upload = await services.artifacts.receive(str(job_id), request.stream())
-    placements = document.get("placements") or []
-    node_name = str(placements[node_index]["node"] if placements else document["node"] or node_id)
-    return await run_in_threadpool(
-        _store_checkpoint, services, job_id, checkpoint_name, node_id, node_name, node_index,
-        upload,
-    )  # fmt: skip
-
-
-def _store_checkpoint(
-    services: Services, job_id: UUID, name: str, node_id: str, node_name: str,
-    node_index: int, upload: FsPath,
-) -> CheckpointPublic:  # fmt: skip
-    checkpoint_id = derive_checkpoint_id(job_id, name, node_index)
-    metadata = services.artifacts.save_checkpoint(str(job_id), checkpoint_id, upload)
-    checkpoint = {"id": checkpoint_id, "name": name, "node": node_name,
-                  "node_index": node_index, **metadata}  # fmt: skip
-    outcome = services.jobs.record_checkpoint(job_id, node_id, checkpoint)
-    services.projector.wait(outcome.position)
-    for row in services.queries.checkpoints(str(job_id)):
-        if row["id"] == checkpoint_id:
-            return CheckpointPublic.model_validate(row)
-    raise Problem(500, "internal-error", "Checkpoint not recorded", "retry the upload")
-
-
-@router.put("/jobs/{job_id}/outputs/{node_index}", openapi_extra=ZIP_BODY)
-async def upload_outputs(job_id: JobId, node_index: Annotated[int, Path(ge=0, lt=MAX_NODES)],
-                         agent_id: AgentId, request: Request, services: ServicesDep,
-                         node: CurrentNode) -> Size:  # fmt: skip
-    """Store the output directory of one node of the job (a zip)."""
-    await run_in_threadpool(job_of_holder, services, job_id, agent_id, node, node_index)
-    upload = await services.artifacts.receive(str(job_id), request.stream())
-    size = await run_in_threadpool(services.artifacts.save_output, str(job_id), node_index, upload)
-    return Size(size=size)
-
-
-@router.get("/checkpoints/{checkpoint_id}", response_class=FileResponse)
-def download_checkpoint(
-    checkpoint_id: str, services: ServicesDep, node: CurrentNode
-) -> FileResponse:
-    """A checkpoint's archive, for a job of this node's that starts from it."""
+@router.get("/checkpoints/{checkpoint_id}", response_class=Response, responses=ANSWERS)
+def download_checkpoint(checkpoint_id: str, services: ServicesDep, node: CurrentNode) -> Response:
+    """A checkpoint's archive, for a job of this node's that starts from it: 307 to the store,
+    or the bytes; ``X-Flexai-Size`` and ``X-Flexai-Sha256`` say what they must be."""
     node_id = str(Node.create_id(node))
     wanted = any(document["spec"].get("input_checkpoint_id") == checkpoint_id
                  for document in services.queries.assignments(node_id))  # fmt: skip
-    job_id = services.queries.checkpoint_job(checkpoint_id) if wanted else None
-    path = services.artifacts.checkpoint_path(job_id, checkpoint_id) if job_id else None
-    if path is None or not path.exists():
+    found = services.queries.checkpoint_archive(checkpoint_id) if wanted else None
+    try:
+        if found is None:
+            raise FileNotFoundError(checkpoint_id)
+        key = checkpoint_key(str(found["job_id"]), checkpoint_id)
+        return artifact_answer(services.artifacts, key, f"{found['name']}.zip",
+                               size=found["archive_size"], sha256=found["sha256"])  # fmt: skip
+    except FileNotFoundError:
         raise Problem(
             404, "checkpoint-not-found", "Checkpoint not found",
             f"no checkpoint {checkpoint_id[:64]} that a job of node {node} starts from",
-        )  # fmt: skip
-    return FileResponse(path, media_type="application/zip")
+        ) from None  # fmt: skip

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
 
-from api.artifacts.datasets import DatasetArchives, StoredDataset
+from api.artifacts.datasets import StoredDataset, keep_dataset
+from api.artifacts.store import dataset_key
 from api.http.deps import CurrentNode, CurrentUser, LedgerWritable, ServicesDep
+from api.http.downloads import ANSWERS, artifact_answer
 from api.http.problems import Problem
 from api.http.routes.agent import AgentId, JobId, require_job
 from api.http.schemas import DatasetDetail, DatasetPublic, DatasetPushed, DatasetsPublic
@@ -54,16 +55,17 @@ async def push_dataset(
 ) -> DatasetPushed:
     """Push a new version of a dataset: the body is a zip of its files, streamed."""
     _check_name(name)
-    archives = DatasetArchives(services.artifacts)
-    upload, content_hash = await archives.receive(request.stream())
-    stored = await run_in_threadpool(archives.keep, upload, content_hash)
+    store = services.artifacts
+    scratch, size, content_hash = await store.receive_hashed(request.stream())
+    stored = await run_in_threadpool(keep_dataset, store, scratch, size, content_hash)
     return await run_in_threadpool(_record, services, owner, name, stored)
 
 
 def _record(services: Services, owner: str, name: str, stored: StoredDataset) -> DatasetPushed:
     position = services.jobs.push_dataset(
-        owner, name, stored.content_hash, stored.size, stored.files, by=user(owner)
-    )
+        owner, name, stored.content_hash, stored.size, stored.files, by=user(owner),
+        archive_size=stored.archive_size,
+    )  # fmt: skip
     services.projector.wait(position)
     row = services.queries.dataset(owner, name)
     if row is None:
@@ -89,10 +91,12 @@ def inspect_dataset(name: DatasetName, services: ServicesDep, owner: CurrentUser
     return DatasetDetail.model_validate({**row, "versions": versions})
 
 
-@router.get("/agent/jobs/{job_id}/datasets/{content_hash}", response_class=FileResponse)
+@router.get("/agent/jobs/{job_id}/datasets/{content_hash}", response_class=Response,
+            responses=ANSWERS)  # fmt: skip
 def download_dataset(job_id: JobId, content_hash: ContentHash, agent_id: AgentId,
-                     services: ServicesDep, node: CurrentNode) -> FileResponse:  # fmt: skip
-    """The archive of a dataset version a job of this agent's node was given."""
+                     services: ServicesDep, node: CurrentNode) -> Response:  # fmt: skip
+    """The archive of a dataset version a job of this agent's node was given: 307 to the
+    store, or the bytes; ``X-Flexai-Sha256`` is its hash."""
     document = _job_on_a_node_of(services, job_id, agent_id, node)
     names = [name for name, pinned in _pinned(document).items() if pinned == content_hash]
     if not names:
@@ -100,15 +104,16 @@ def download_dataset(job_id: JobId, content_hash: ContentHash, agent_id: AgentId
             404, "dataset-not-found", "Dataset not found",
             f"job '{document['name']}' was given no dataset version {content_hash}",
         )  # fmt: skip
-    path = DatasetArchives(services.artifacts).path(content_hash)
-    if not path.is_file():
+    try:
+        return artifact_answer(services.artifacts, dataset_key(content_hash),
+                               f"{names[0]}.zip", sha256=content_hash)  # fmt: skip
+    except FileNotFoundError:
         raise Problem(
             404, "dataset-not-found", "Dataset not found",
             f"the archive of dataset '{names[0]}' version {content_hash[:12]} is gone from the "
             f"control plane's storage; push it again with `flexai dataset push {names[0]} PATH` "
             "and run the job again",
-        )  # fmt: skip
-    return FileResponse(path, media_type="application/zip")
+        ) from None  # fmt: skip
 
 
 def _job_on_a_node_of(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -11,10 +12,11 @@ import anyio
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from api.artifacts.followers import TooManyFollowers
+from api.artifacts.store import output_key
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
     ALL_OWNERS,
@@ -24,6 +26,7 @@ from api.http.deps import (
     ServicesDep,
     tell_position,
 )
+from api.http.downloads import ANSWERS, artifact_answer, bytes_answer
 from api.http.problems import Problem, too_many_followers
 from api.http.schemas import (
     CheckpointPublic,
@@ -303,29 +306,43 @@ def job_checkpoints(
     return CheckpointsPublic(checkpoints=[CheckpointPublic.model_validate(row) for row in rows])
 
 
-@router.get("/{name}/outputs/{node_index}", response_class=FileResponse)
+@router.get("/{name}/outputs/{node_index}", response_class=Response, responses=ANSWERS)
 def job_outputs(
     name: str, node_index: NodeIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
 ) -> Response:
-    """The job's output directory as a zip archive."""
+    """The job's output directory as a zip archive: 307 to the store, or the bytes;
+    ``X-Flexai-Size`` and ``X-Flexai-Sha256`` say what they must be."""
     document = find_job(services, owner, name, me)
-    path = services.artifacts.output_path(document["id"], node_index)
+    recorded = next((output for output in document.get("outputs") or []
+                     if output["node_index"] == node_index), None)  # fmt: skip
     filename = f"output_{node_index}.zip"
-    if not path.exists() and _ran_to_its_end(document, node_index):
+    ended = document["status"] in TERMINAL
+    if recorded is not None or ended:  # an ended job's unrecorded output: one from before
+        try:
+            return artifact_answer(
+                services.artifacts, output_key(document["id"], node_index), filename,
+                size=recorded and recorded["size"], sha256=recorded and recorded["sha256"],
+            )  # fmt: skip
+        except FileNotFoundError:
+            if recorded is not None:
+                raise Problem(
+                    404, "not-found", "Output gone",
+                    f"the output of job '{name}' node {node_index} is recorded but gone from "
+                    "the artifact store",
+                ) from None  # fmt: skip
+    if _ran_to_its_end(document, node_index):
         # An agent uploads no empty output directory: the archive of nothing.
-        return Response(EMPTY_ZIP, media_type="application/zip",
-                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
-    if not path.exists():
-        raise Problem(
-            404, "not-found", "No output yet",
-            f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
-            "outputs are uploaded when the entry point ends",
-        )  # fmt: skip
-    return FileResponse(path, media_type="application/zip", filename=filename)
+        return bytes_answer(EMPTY_ZIP, filename, EMPTY_ZIP_SHA256)
+    raise Problem(
+        404, "not-found", "No output yet",
+        f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
+        "outputs are uploaded when the entry point ends",
+    )  # fmt: skip
 
 
 EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
 """A zip archive with no entry (its end-of-central-directory record alone)."""
+EMPTY_ZIP_SHA256 = hashlib.sha256(EMPTY_ZIP).hexdigest()
 
 
 def _ran_to_its_end(document: dict[str, Any], node_index: int) -> bool:

@@ -1,4 +1,5 @@
-"""The artifact store: logs appended once in order, checkpoints described from their files."""
+"""Zip archives as the control plane reads them: checkpoints described from their files, and
+what is not a zip refused (the stores' own behaviour: tests/integration/test_artifact_*.py)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,12 @@ from typing import Any
 
 import pytest
 
-from api.artifacts.store import (
+from api.artifacts.archives import (
+    ArchiveLimits,
     InvalidArchive,
-    LocalArtifactStore,
-    LogOffsetMismatch,
+    check_output,
     describe_checkpoint,
 )
-
-JOB = "job-1"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> LocalArtifactStore:
-    return LocalArtifactStore(tmp_path / "artifacts")
 
 
 def zip_of(files: dict[str, bytes | str | dict[str, Any]]) -> bytes:
@@ -34,50 +28,6 @@ def zip_of(files: dict[str, bytes | str | dict[str, Any]]) -> bytes:
                 content = json.dumps(content)
             archive.writestr(name, content)
     return buffer.getvalue()
-
-
-# -- logs ----------------------------------------------------------------------------------
-
-
-def test_log_bytes_are_appended_in_order(store: LocalArtifactStore) -> None:
-    assert store.append_log(JOB, 0, b"epoch 1\n") == 8
-    assert store.append_log(JOB, 8, b"epoch 2\n") == 16
-    assert store.read_log(JOB, 0) == b"epoch 1\nepoch 2\n"
-    assert store.read_log(JOB, 8) == b"epoch 2\n"
-
-
-def test_a_resend_of_bytes_already_held_is_acknowledged_not_written_twice(
-    store: LocalArtifactStore,
-) -> None:
-    store.append_log(JOB, 0, b"epoch 1\nepoch 2\n")
-    assert store.append_log(JOB, 0, b"epoch 1\n") == 16
-    assert store.append_log(JOB, 8, b"epoch 2\n") == 16
-    assert store.read_log(JOB, 0) == b"epoch 1\nepoch 2\n"
-
-
-def test_a_partly_overlapping_send_appends_only_the_new_tail(store: LocalArtifactStore) -> None:
-    store.append_log(JOB, 0, b"epoch 1\n")
-    assert store.append_log(JOB, 4, b"h 1\nepoch 2\n") == 16
-    assert store.read_log(JOB, 0) == b"epoch 1\nepoch 2\n"
-
-
-def test_bytes_sent_past_the_end_are_refused_with_the_offset_to_resend_from(
-    store: LocalArtifactStore,
-) -> None:
-    store.append_log(JOB, 0, b"epoch 1\n")
-    with pytest.raises(LogOffsetMismatch) as refused:
-        store.append_log(JOB, 20, b"epoch 3\n")
-    assert refused.value.expected == 8
-    assert "offset 8" in str(refused.value)
-    assert store.read_log(JOB, 0) == b"epoch 1\n"
-
-
-def test_a_job_without_logs_reads_empty(store: LocalArtifactStore) -> None:
-    assert store.log_size(JOB) == 0
-    assert store.read_log(JOB, 0) == b""
-    with pytest.raises(LogOffsetMismatch) as refused:
-        store.append_log(JOB, 1, b"x")
-    assert refused.value.expected == 0
 
 
 # -- checkpoints ---------------------------------------------------------------------------
@@ -94,15 +44,13 @@ TRAINER_STATE = {
 CONFIG = {"architectures": ["GPT2LMHeadModel"], "transformers_version": "4.44.0"}
 
 
-def test_a_checkpoint_is_described_from_trainer_state_and_config(
-    store: LocalArtifactStore,
-) -> None:
+def test_a_checkpoint_is_described_from_trainer_state_and_config() -> None:
     data = zip_of({
         "checkpoint-500/trainer_state.json": TRAINER_STATE,
         "checkpoint-500/config.json": CONFIG,
         "checkpoint-500/model.safetensors": b"\0" * 100,
     })  # fmt: skip
-    metadata = store.save_checkpoint(JOB, "ck-1", data)
+    metadata = describe_checkpoint(io.BytesIO(data))
     assert metadata["step"] == 500
     assert metadata["train_loss"] == 0.4
     assert metadata["eval_loss"] == 0.5
@@ -110,7 +58,6 @@ def test_a_checkpoint_is_described_from_trainer_state_and_config(
     assert metadata["version"] == "4.44.0"
     assert metadata["inference_ready"] is True
     assert metadata["size"] >= 100
-    assert store.checkpoint_path(JOB, "ck-1").read_bytes() == data
 
 
 def test_a_checkpoint_without_those_files_has_no_metadata_and_is_not_inference_ready() -> None:
@@ -132,19 +79,16 @@ def test_unreadable_trainer_state_leaves_the_step_unknown() -> None:
     assert metadata["step"] is None and metadata["train_loss"] is None
 
 
-def test_an_upload_that_is_not_a_zip_is_refused_and_not_stored(store: LocalArtifactStore) -> None:
+def test_bytes_that_are_not_a_zip_are_refused_as_an_archive() -> None:
     with pytest.raises(InvalidArchive, match="not a zip archive"):
-        store.save_checkpoint(JOB, "ck-1", b"these are not the bytes of a zip")
-    assert not store.checkpoint_path(JOB, "ck-1").exists()
-    with pytest.raises(InvalidArchive):
-        store.save_output(JOB, 0, b"nor these")
-    assert not store.output_path(JOB, 0).exists()
+        describe_checkpoint(b"these are not the bytes of a zip")
+    with pytest.raises(InvalidArchive, match="not a zip archive"):
+        check_output(io.BytesIO(b"nor these"), ArchiveLimits())
 
 
-def test_an_output_archive_is_stored_whole(store: LocalArtifactStore) -> None:
-    data = zip_of({"model.pt": b"\2" * 64, "metrics.json": {"accuracy": 0.97}})
-    assert store.save_output(JOB, 0, data) == len(data)
-    assert store.output_path(JOB, 0).read_bytes() == data
+def test_an_output_with_an_entry_outside_its_directory_is_refused() -> None:
+    with pytest.raises(InvalidArchive, match="leaves the output directory"):
+        check_output(io.BytesIO(zip_of({"../../etc/cron.d/x": "boom"})), ArchiveLimits())
 
 
 def test_a_zip_bomb_trainer_state_is_not_unpacked_into_memory(tmp_path: Path) -> None:
@@ -158,7 +102,8 @@ def test_a_zip_bomb_trainer_state_is_not_unpacked_into_memory(tmp_path: Path) ->
     assert bomb.stat().st_size < 1_000_000
     tracemalloc.start()
     try:
-        metadata = describe_checkpoint(bomb)
+        with bomb.open("rb") as handle:
+            metadata = describe_checkpoint(handle)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -1,0 +1,199 @@
+"""What the pages show of a job, arranged for people: times, durations, the spec (names of
+env variables and secrets, never values), a history entry with its facts, why a job waits.
+
+Everything here returns plain text; the templates escape it (autoescape) and the live
+streams send it as JSON that the page inserts as text nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from domain.lifecycle import ROWS
+from domain.statuses import TERMINAL, Status
+
+EMPTY = "-"
+WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
+STOPPABLE = frozenset(status.value for status in ROWS["StopRequested"].sources)
+DELETABLE = frozenset(status.value for status in ROWS["Deleted"].sources)
+ENDED = frozenset(status.value for status in TERMINAL)
+
+
+def moment(value: str | None) -> str:
+    """An ISO 8601 timestamp in UTC, to the second (``2026-12-02 16:20:00 UTC``)."""
+    if not value:
+        return EMPTY
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def seconds_between(started: str | None, ended: str | None) -> float | None:
+    """From start to end (or now); None before the job ran."""
+    if not started:
+        return None
+    end = datetime.fromisoformat(ended) if ended else datetime.now(UTC)
+    return (end - datetime.fromisoformat(started)).total_seconds()
+
+
+def duration(seconds: float | None) -> str:
+    """``1h 02m 03s``, ``4m 05s``, ``6s``; ``-`` when unknown."""
+    if seconds is None:
+        return EMPTY
+    whole = max(int(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"
+
+
+def cell(value: Any) -> str:
+    """One value as text: ``-`` for nothing, yes/no, lists comma-joined, mappings as JSON."""
+    if value is None or value == "" or value == [] or value == {}:
+        return EMPTY
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(value, ".6g")
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(item) for item in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, default=str)
+    return str(value)
+
+
+def actor(by: Mapping[str, Any] | None) -> str:
+    if not by:
+        return EMPTY
+    kind, who = by.get("kind"), by.get("id")
+    return str(who) if kind == "user" else f"{who} ({kind})"
+
+
+def summary_row(row: Mapping[str, Any], reason: str | None) -> dict[str, Any]:
+    """A row of the jobs page (the columns of `flexai training list`, and the reason)."""
+    return {
+        "id": row["id"],
+        "owner": row["owner"],
+        "name": row["name"],
+        "status": row["status"],
+        "accels": row["accels"],
+        "nodes": row["nodes"],
+        "created": moment(row["created_at"]),
+        "created_at": row["created_at"],
+        "duration": duration(seconds_between(row.get("started_at"), row.get("ended_at"))),
+        "reason": reason if row["status"] in WAITING else None,
+    }
+
+
+def history_entry(version: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One event of a job's timeline: its version, what, when, by whom, and its facts."""
+    facts = entry.get("facts") or {}
+    return {
+        "version": version,
+        "event": entry.get("event"),
+        "status": entry.get("status"),
+        "at": moment(entry.get("at")),
+        "at_iso": entry.get("at"),
+        "by": actor(entry.get("by")),
+        "facts": [[str(key), cell(value)] for key, value in facts.items()],
+    }
+
+
+def history(document: Mapping[str, Any], since: int = 0) -> list[dict[str, Any]]:
+    """The timeline from version ``since + 1`` on (the view keeps one entry per event)."""
+    entries = document.get("history") or []
+    return [history_entry(index + 1, entry) for index, entry in enumerate(entries)
+            if index + 1 > since]  # fmt: skip
+
+
+def spec_rows(spec: Mapping[str, Any], commit: str | None) -> list[tuple[str, str]]:
+    """The spec as label and text; env variables and secrets by name only."""
+    entry_point = spec.get("entry_point")
+    if isinstance(entry_point, list):
+        entry_point = shlex.join(str(part) for part in entry_point)
+    pins = spec.get("dataset_hashes") or {}
+    datasets = [f"{name} ({pins[name][:12]})" if name in pins else f"{name} (not pinned)"
+                for name in spec.get("datasets") or []]  # fmt: skip
+    secrets = [f"{variable} from secret {name}"
+               for variable, name in (spec.get("secrets") or {}).items()]  # fmt: skip
+    rows = [
+        ("repository", cell(spec.get("repository_url"))),
+        ("revision", spec.get("repository_revision") or "(default branch)"),
+        ("commit", cell(commit)),
+        ("entry point", cell(entry_point)),
+        ("requirements", cell(spec.get("requirements_path"))),
+        ("accelerators per node", cell(spec.get("accels"))),
+        ("nodes", cell(spec.get("nodes"))),
+        ("env names", cell(sorted(spec.get("env") or {}))),
+        ("secrets", cell(secrets)),
+        ("datasets", cell(datasets)),
+        ("checkpoint", cell(spec.get("checkpoint"))),
+        ("time limit", duration(spec.get("time_limit_s")) if spec.get("time_limit_s") else EMPTY),
+    ]
+    return rows
+
+
+def placement_rows(placements: list[Mapping[str, Any]]) -> list[dict[str, str]]:
+    return [
+        {
+            "index": str(placement.get("index", index)),
+            "node": cell(placement.get("node") or placement.get("node_name")),
+            "address": cell(placement.get("address")),
+            "built": cell(bool(placement.get("built"))),
+            "accelerators": cell(list(placement.get("accelerators") or [])),
+            "exit_code": cell(placement.get("exit_code")),
+        }
+        for index, placement in enumerate(placements)
+    ]
+
+
+def waiting_lines(waiting: Mapping[str, Any]) -> dict[str, Any]:
+    """Why a job waits: the one-line reason, what it asked for, each node, its place."""
+    asked = waiting.get("asked") or {}
+    nodes = []
+    for node in waiting.get("nodes") or []:
+        if "free" in node:
+            held = "; ".join(f"{holder['job']} ({cell(holder['accelerators'])})"
+                             for holder in node.get("held_by") or []) or "nobody"  # fmt: skip
+            line = f"{node['node']}: {node['free']} of {node['accels']} free, held by {held}"
+            if node.get("ahead"):
+                line += f"; ahead in line: {', '.join(node['ahead'])}"
+        else:
+            state = "live" if node.get("alive") else (
+                f"offline, last heard of {moment(node.get('last_heard'))}")
+            line = f"{node['node']}: {node['accels']} accelerators, {state}"
+        nodes.append(line)
+    place = None
+    if waiting.get("place"):
+        place = f"{waiting['place']}" + (f" of {waiting['of']}" if waiting.get("of") else "")
+    return {
+        "reason": waiting.get("reason") or EMPTY,
+        "asked": f"{asked.get('accels')} accelerator(s) on each of {asked.get('nodes')} node(s)",
+        "nodes": nodes,
+        "place": place,
+    }
+
+
+def job_state(document: Mapping[str, Any]) -> dict[str, Any]:
+    """What the live stream tells a job page: the status and which actions it allows."""
+    status = str(document["status"])
+    return {
+        "status": status,
+        "ended": status in ENDED,
+        "can_stop": status in STOPPABLE,
+        "can_delete": status in DELETABLE and not document.get("deleted_at"),
+        "duration": duration(seconds_between(document.get("started_at"),
+                                             document.get("ended_at"))),  # fmt: skip
+        "failure": cell((document.get("failure") or {}).get("message")),
+    }
