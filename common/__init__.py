@@ -1,4 +1,4 @@
 """What the CLI, the server and the agent all use: durations, the client config file, and
 downloads of artifacts that resume and verify (``transfer``, on httpx; ``behind``: hashing
-beside the stream).
+beside the stream), and how values and a waiting job's reasons read (``wording``).
 Imports: nothing of ours (the standard library and httpx only)."""

@@ -267,7 +267,7 @@ def _check(response: httpx.Response, whom: str) -> None:
     if response.status_code in (200, 206):
         return
     response.read()
-    problem = _problem(response)
+    problem = problem_of(response)
     if response.status_code in _RETRYABLE:
         slug = str(problem.get("type", "")).rsplit("/", 1)[-1] or "error"
         detail = problem.get("detail") or problem.get("title") or ""
@@ -276,7 +276,8 @@ def _check(response: httpx.Response, whom: str) -> None:
     raise Refused(response.status_code, problem)
 
 
-def _problem(response: httpx.Response) -> dict[str, Any]:
+def problem_of(response: httpx.Response) -> dict[str, Any]:
+    """An answer's problem details, or what stands in for them when its body is none."""
     try:
         body = response.json()
     except ValueError:

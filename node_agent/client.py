@@ -357,7 +357,7 @@ class ControlPlaneClient:
         return f"the artifact store at {url.scheme}://{url.netloc.decode()}"
 
     def _refusal(self, response: httpx.Response) -> ApiError:
-        problem = _problem(response)
+        problem = transfer.problem_of(response)
         if response.status_code != 409 or _slug(problem) != "node-taken":
             return ApiError(response.status_code, problem)
         taken = NodeTaken(response.status_code, problem)
@@ -377,23 +377,13 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _problem(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        return body
-    return {"title": response.reason_phrase, "detail": response.text[:500]}
-
-
 def _slug(problem: Mapping[str, Any]) -> str:
     return str(problem.get("type", "")).rsplit("/", 1)[-1]
 
 
 def _unavailable(whom: str, response: httpx.Response) -> str:
     """What a 5xx said, e.g. ``503 storage-unavailable: the artifact disk is full``."""
-    problem = _problem(response)
+    problem = transfer.problem_of(response)
     what = _slug(problem) or "error"
     detail = problem.get("detail") or problem.get("title")
     said = f"{response.status_code} {what}: {detail}" if detail else str(response.status_code)

@@ -3,5 +3,5 @@ page, a job's page (spec, live logs, history, time travel, why it waits, loss ch
 checkpoints and outputs, stop and delete), the nodes page, their live streams (server-sent
 events woken by the projector and the log followers: no thread per open page), the Jinja2
 templates and the static CSS and JavaScript they use.
-Imports: api.artifacts, api.http (its page cursors alone: a module that imports nothing of
-ours), api.identity, api.services, domain, projections."""
+Imports: api.artifacts, api.http (its page cursors and streaming answers alone: modules that
+import nothing of ours), api.identity, api.services, common, domain, projections."""

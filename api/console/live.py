@@ -18,9 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import anyio
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from api.http.streaming import FollowingResponse
 
 JOB_TOPIC = "TrainingJob."
 
@@ -86,21 +84,10 @@ KEEPALIVE = b": still here\n\n"
 """A comment line: proxies keep a quiet stream open, and a gone client is noticed."""
 
 
-class EventStream(StreamingResponse):
+class EventStream(FollowingResponse):
     """``text/event-stream`` that ends as soon as its client goes away, even while it has
     nothing to send."""
 
     def __init__(self, content: Any) -> None:
         super().__init__(content, media_type="text/event-stream", headers={
             "Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # fmt: skip
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as tasks:
-
-            async def stream_then_stop() -> None:
-                await self.stream_response(send)
-                tasks.cancel_scope.cancel()
-
-            tasks.start_soon(stream_then_stop)
-            await self.listen_for_disconnect(receive)
-            tasks.cancel_scope.cancel()

@@ -7,12 +7,12 @@ streams send it as JSON that the page inserts as text nodes.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from common.wording import asked_for, node_lines, place_in_line, plain
 from domain.lifecycle import ROWS
 from domain.statuses import TERMINAL, Status
 
@@ -60,17 +60,7 @@ def duration(seconds: float | None) -> str:
 
 def cell(value: Any) -> str:
     """One value as text: ``-`` for nothing, yes/no, lists comma-joined, mappings as JSON."""
-    if value is None or value == "" or value == [] or value == {}:
-        return EMPTY
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return format(value, ".6g")
-    if isinstance(value, list | tuple):
-        return ", ".join(cell(item) for item in value)
-    if isinstance(value, dict):
-        return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, default=str)
-    return str(value)
+    return plain(value)
 
 
 def actor(by: Mapping[str, Any] | None) -> str:
@@ -160,28 +150,11 @@ def placement_rows(placements: list[Mapping[str, Any]]) -> list[dict[str, str]]:
 
 def waiting_lines(waiting: Mapping[str, Any]) -> dict[str, Any]:
     """Why a job waits: the one-line reason, what it asked for, each node, its place."""
-    asked = waiting.get("asked") or {}
-    nodes = []
-    for node in waiting.get("nodes") or []:
-        if "free" in node:
-            held = "; ".join(f"{holder['job']} ({cell(holder['accelerators'])})"
-                             for holder in node.get("held_by") or []) or "nobody"  # fmt: skip
-            line = f"{node['node']}: {node['free']} of {node['accels']} free, held by {held}"
-            if node.get("ahead"):
-                line += f"; ahead in line: {', '.join(node['ahead'])}"
-        else:
-            state = "live" if node.get("alive") else (
-                f"offline, last heard of {moment(node.get('last_heard'))}")
-            line = f"{node['node']}: {node['accels']} accelerators, {state}"
-        nodes.append(line)
-    place = None
-    if waiting.get("place"):
-        place = f"{waiting['place']}" + (f" of {waiting['of']}" if waiting.get("of") else "")
     return {
         "reason": waiting.get("reason") or EMPTY,
-        "asked": f"{asked.get('accels')} accelerator(s) on each of {asked.get('nodes')} node(s)",
-        "nodes": nodes,
-        "place": place,
+        "asked": asked_for(waiting),
+        "nodes": node_lines(waiting, moment),
+        "place": place_in_line(waiting),
     }
 
 

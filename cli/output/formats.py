@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from common.wording import plain
+
 EMPTY = "-"
 
 
@@ -72,17 +74,7 @@ def format_size(size: int | None) -> str:
 
 def format_cell(value: Any) -> str:
     """One table cell: ``-`` for nothing, ``yes``/``no`` for booleans, lists comma-joined."""
-    if value is None or value == "" or value == [] or value == {}:
-        return EMPTY
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return format(value, ".6g")
-    if isinstance(value, list | tuple):
-        return ",".join(format_cell(item) for item in value)
-    if isinstance(value, dict):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return str(value)
+    return plain(value, ",")
 
 
 def format_scalar(value: Any) -> str:

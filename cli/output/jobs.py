@@ -18,6 +18,7 @@ from cli.output.formats import (
 )
 from cli.output.tables import render_table
 from cli.output.yaml_like import render_yaml
+from common.wording import asked_for, node_lines, place_in_line
 
 
 def render_job(job: Mapping[str, Any]) -> str:
@@ -108,27 +109,10 @@ def _placement_line(placement: Mapping[str, Any]) -> str:
 
 def waiting_detail(waiting: Mapping[str, Any]) -> dict[str, Any]:
     """Why a job waits: what it asked for, each node it waits for, its place in line."""
-    asked = waiting.get("asked") or {}
-    shown: dict[str, Any] = {"reason": waiting.get("reason")}
-    shown["asked for"] = (f"{asked.get('accels')} accelerator(s) on each of "
-                          f"{asked.get('nodes')} node(s)")  # fmt: skip
-    nodes = []
-    for node in waiting.get("nodes") or []:
-        if "free" in node:
-            held = ", ".join(f"{h['job']} {format_cell(h['accelerators'])}"
-                             for h in node.get("held_by") or []) or "nobody"  # fmt: skip
-            line = f"{node['node']}: {node['free']} of {node['accels']} free; held by {held}"
-            if node.get("ahead"):
-                line += f"; ahead in line: {', '.join(node['ahead'])}"
-        else:
-            state = "live" if node.get("alive") else (
-                f"offline, last heard of {format_timestamp(node.get('last_heard'))}")
-            line = f"{node['node']}: {node['accels']} accelerators, {state}"
-        nodes.append(line)
-    shown["nodes"] = nodes
-    if waiting.get("place") is not None:
-        of = f" of {waiting['of']}" if waiting.get("of") else ""
-        shown["place in line"] = f"{waiting['place']}{of}"
+    shown: dict[str, Any] = {"reason": waiting.get("reason"), "asked for": asked_for(waiting)}
+    shown["nodes"] = node_lines(waiting, format_timestamp, ",")
+    if (place := place_in_line(waiting)) is not None:
+        shown["place in line"] = place
     return shown
 
 

@@ -8,12 +8,10 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-import anyio
 from fastapi import APIRouter, Depends, Query
 from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from api.artifacts.followers import TooManyFollowers
 from api.artifacts.store import output_key
@@ -37,6 +35,7 @@ from api.http.schemas import (
     JobsPublic,
     JobSummary,
 )
+from api.http.streaming import FollowingResponse
 from api.services import Services
 from domain.actors import user
 from domain.statuses import TERMINAL, Status
@@ -278,22 +277,6 @@ async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
 def _status(services: Services, job_id: str) -> Status | None:
     document = services.queries.job(job_id)
     return Status(document["status"]) if document is not None else None
-
-
-class FollowingResponse(StreamingResponse):
-    """A stream that ends as soon as its client goes away, even while it has nothing to send
-    (Starlette notices a disconnect only on the next send under ASGI 2.4)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async with anyio.create_task_group() as tasks:
-
-            async def stream_then_stop() -> None:
-                await self.stream_response(send)
-                tasks.cancel_scope.cancel()
-
-            tasks.start_soon(stream_then_stop)
-            await self.listen_for_disconnect(receive)
-            tasks.cancel_scope.cancel()
 
 
 @router.get("/{name}/checkpoints")
