@@ -10,7 +10,9 @@ from pathlib import Path
 from api.artifacts.archives import ArchiveLimits
 from api.artifacts.followers import LogFollowers
 from api.artifacts.local import LocalArtifactStore
+from api.artifacts.settling import LogSettler
 from api.artifacts.store import ArtifactStore
+from api.artifacts.uploads import UploadSessions
 from api.debug.presence import FilePresence, LocalPresence, PostgresPresence, Presence
 from api.debug.sessions import DebugSessions
 from api.http.metrics import ServerMetrics
@@ -49,6 +51,8 @@ class Services:
     state: OperationalState
     identities: Identities
     artifacts: ArtifactStore
+    uploads: UploadSessions
+    """Agents' upload sessions (the ``artifact_uploads`` table: any replica continues one)."""
     log_followers: LogFollowers
     waits: Waits
     secrets: SecretStore
@@ -99,6 +103,11 @@ def build_services(settings: Settings) -> Services:
     projector.listeners.append(assignment_waiters.on_events)
     archive_limits = ArchiveLimits(limits.archive_entries, limits.archive_unpacked_bytes)
     artifacts, closers = open_artifact_store(settings, database, archive_limits)
+    if artifacts.kind == "s3":  # the local store writes each log byte to its file at once
+        settler = LogSettler(artifacts)
+        projector.listeners.append(settler.on_events)
+        settler.start()
+        closers.insert(0, settler.stop)
     scheduler_wakeup = threading.Event()
     leader_lock: LeaderLock
     presence: Presence
@@ -129,6 +138,7 @@ def build_services(settings: Settings) -> Services:
         state=OperationalState(database),
         identities=identities,
         artifacts=artifacts,
+        uploads=UploadSessions(database),
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
         waits=Waits(database),

@@ -172,6 +172,17 @@ class TrainingJobs(Application[UUID]):
 
         return self._retrying(run)
 
+    def purge_artifacts(self, job_id: UUID, objects: int, by: Actor) -> Outcome:
+        """Record that a deleted job's artifacts left the store; nothing for a job purged."""
+
+        def run() -> Outcome:
+            job = self.job(job_id)
+            if not job.purge_artifacts(objects, by=by):
+                return Outcome(job_id, None)
+            return self._save(job_id, job)
+
+        return self._retrying(run)
+
     def history(self, job_id: UUID) -> list[DomainEvent]:
         """Every event of the job, deleted or not, read from the ledger."""
         events = cast(list[DomainEvent], list(self.events.get(job_id)))

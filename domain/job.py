@@ -186,10 +186,8 @@ class TrainingJob(JobState, Aggregate):
     ) -> bool:
         """Keep a report the job's status refused, for audit (once per kind and node): a late
         report never changes a status, but the ledger says it came."""
-        if self.deleted:
-            return False
         key = f"{kind}/{node_index}"
-        if key in self.refused:
+        if self.deleted or key in self.refused:
             return False
         checked(values.check_message, reason, "reason")
         self._report_refused(report=kind, node_index=node_index, reason=reason,
@@ -255,6 +253,15 @@ class TrainingJob(JobState, Aggregate):
         require(self, "Deleted")
         self._deleted(by=by)
 
+    def purge_artifacts(self, objects: int, by: Actor) -> bool:
+        """The deleted job's artifacts left the store (``objects`` of them); False once said."""
+        if getattr(self, "artifacts_purged", False):  # jobs folded before purges lack it
+            return False
+        require(self, "ArtifactsPurged")
+        checked(values.check_int, objects, "objects", 0, values.BIGINT_MAX)
+        self._artifacts_purged(objects=objects, by=by)
+        return True
+
     # -- events: bodies only mutate -------------------------------------------------------
 
     @event("SchedulingStarted")
@@ -265,8 +272,7 @@ class TrainingJob(JobState, Aggregate):
     def _node_assigned(
         self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
     ) -> None:
-        self.node_id = node_id
-        self.node_name = node_name
+        self.node_id, self.node_name = node_id, node_name
         placed = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
         self.placements = [
             {**node, "built": False, "accelerators": [], "exit_code": None, "stopped": False}
@@ -329,10 +335,8 @@ class TrainingJob(JobState, Aggregate):
 
     @event("Requeued")
     def _requeued(self, reason: str, by: Actor) -> None:
-        self.node_id = None
-        self.node_name = None
+        self.node_id = self.node_name = self.master_port = None
         self.placements = []
-        self.master_port = None
         self.status = Status.SCHEDULING
 
     @event("NodeExited")
@@ -410,3 +414,7 @@ class TrainingJob(JobState, Aggregate):
     @event("Deleted")
     def _deleted(self, by: Actor) -> None:
         self.deleted = True
+
+    @event("ArtifactsPurged")
+    def _artifacts_purged(self, objects: int, by: Actor) -> None:
+        self.artifacts_purged = True

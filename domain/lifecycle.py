@@ -7,6 +7,8 @@ of its own. The views read the status each event leads to (:data:`EVENT_STATUS`)
 and docs/design.md shows the table as :func:`markdown_table` prints it (a test compares them,
 and the transitions with SPEC.md's).
 
+A deleted job records one event more, ``ArtifactsPurged``, and no other.
+
 An event that records one node's part of a transition (``Built``, ``NodeExited``,
 ``NodeStopped``) moves no status: a refusal names the status it leads toward. An event that
 records a fact (a checkpoint, a debug session, ...) moves none either, and a refusal says when
@@ -50,6 +52,9 @@ def _every_node_built(job: JobState) -> bool:
 
 EVERY_NODE_BUILT = Guard("every node built", _every_node_built,
                          "cannot start before every node is built")  # fmt: skip
+DELETED = Guard("the job deleted", lambda job: job.deleted,
+                "keeps its artifacts until it is deleted")  # fmt: skip
+"""The one guard a deleted job can meet: every other event is refused once it is deleted."""
 
 
 def _fact_recorded_only(when: str) -> Refusal:
@@ -120,6 +125,8 @@ LIFECYCLE: tuple[Row, ...] = (
     Row("DebugSessionClosed", ANY),
     Row("ReportRefused", ANY),
     Row("Deleted", TERMINAL, refusal=JobNotTerminal),
+    Row("ArtifactsPurged", TERMINAL, guard=DELETED,
+        refusal=_fact_recorded_only("its artifacts are purged only once it ended")),
 )  # fmt: skip
 ROWS = {row.event: row for row in LIFECYCLE}
 
@@ -140,7 +147,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 def require(job: JobState, event: str) -> Row:
     """Refuse ``event`` unless its row allows it for ``job`` now."""
     row = ROWS[event]
-    if job.deleted:
+    if job.deleted and row.guard is not DELETED:
         raise JobDeleted(job.name)
     if job.status not in row.sources:
         raise row.refuse(job.name, job.status)

@@ -118,6 +118,14 @@ class Queries:
         row = self._one("SELECT document FROM job_details WHERE id = ?", (job_id,))
         return json.loads(row["document"]) if row else None
 
+    def deleted_jobs(self) -> list[dict[str, Any]]:
+        """Every deleted job (``admin purge``), oldest deletion first, as inspect shows it."""
+        rows = self._all(
+            "SELECT d.document FROM job_list l JOIN job_details d ON d.id = l.id "
+            "WHERE l.deleted_at IS NOT NULL ORDER BY l.deleted_at, l.id"
+        )
+        return [json.loads(row["document"]) for row in rows]
+
     def jobs_ever_named(self, owner: str, name: str) -> list[Row]:
         """Every job that held ``name``, deleted ones included (for audit)."""
         return self._all(

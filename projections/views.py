@@ -256,6 +256,10 @@ def _deleted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     document["deleted_at"] = at
 
 
+def _artifacts_purged(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    document["artifacts_purged"] = {"at": at, "objects": facts["objects"]}
+
+
 FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "NodeAssigned": _node_assigned,
     "Requeued": _requeued,
@@ -273,6 +277,7 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "LogsUnavailable": _logs_unavailable,
     "OutputsRecorded": _outputs_recorded,
     "Deleted": _deleted,
+    "ArtifactsPurged": _artifacts_purged,
 }
 
 

@@ -141,15 +141,7 @@ class SeaweedFS:
 
     def client(self) -> Any:
         """A boto3 S3 client of the store (path-style addressing, as a loopback store needs)."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3", endpoint_url=self.endpoint_url, region_name=REGION,
-            aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
-            config=Config(s3={"addressing_style": "path"}, connect_timeout=2, read_timeout=30,
-                          retries={"total_max_attempts": 1}),
-        )  # fmt: skip
+        return s3_client(self.endpoint_url)
 
     def create_bucket(self) -> str:
         """A fresh, empty bucket."""
@@ -185,6 +177,19 @@ class SeaweedFS:
                         f"{START_TIMEOUT_S:g} s; see {self.directory}/weed.log"
                     ) from None
                 time.sleep(0.2)
+
+
+def s3_client(endpoint_url: str) -> Any:
+    """A boto3 S3 client of a test store at ``endpoint_url``, with its credentials."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint_url, region_name=REGION,
+        aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY,
+        config=Config(s3={"addressing_style": "path"}, connect_timeout=2, read_timeout=30,
+                      retries={"total_max_attempts": 1}),
+    )  # fmt: skip
 
 
 @contextmanager

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 
-from api.artifacts.uploads import UploadSessions
 from api.console.site import install as install_console
 from api.debug.orphans import OrphanSweep, close_at_start
 from api.http import problems
@@ -62,7 +61,6 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     )
     app.state.services = services
     app.state.scheduler = scheduler
-    app.state.uploads = UploadSessions(services.database)
     problems.install(app)
     app.include_router(jobs.router, dependencies=[ReadAfter])
     app.include_router(agent.router)

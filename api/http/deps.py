@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.artifacts.uploads import UploadSessions
 from api.http.problems import Problem, forbidden, revoked_token, unauthorized, views_halted
 from api.identity.identities import Caller, Identities, Revoked
 from api.identity.sessions import SESSION_COOKIE
@@ -25,15 +24,6 @@ async def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
-
-
-async def get_uploads(request: Request) -> UploadSessions:
-    uploads: UploadSessions = request.app.state.uploads
-    return uploads
-
-
-UploadsDep = Annotated[UploadSessions, Depends(get_uploads)]
-"""The agents' upload sessions (the ``artifact_uploads`` table: any replica continues one)."""
 
 
 def bearer_token(scope: Any) -> str | None:

@@ -9,12 +9,17 @@ the file. The object is looked up first (a HEAD on S3), so a store that is away 
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Annotated, Any
 
-from fastapi import Response
+from fastapi import Path, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
-from api.artifacts.store import ArtifactStore
+from api.artifacts.store import ArtifactStore, output_key
+from api.http.problems import Problem
+from api.services import Services
+from domain.statuses import TERMINAL
+from domain.values import MAX_NODES
 
 SIZE_HEADER = "X-Flexai-Size"
 SHA256_HEADER = "X-Flexai-Sha256"
@@ -26,6 +31,12 @@ ANSWERS: dict[int | str, dict[str, Any]] = {
     307: {"description": "the archive is in the store: follow `Location` (send no token)"},
 }
 """How OpenAPI documents a download route's answers."""
+OutputIndex = Annotated[
+    int, Path(ge=0, lt=MAX_NODES, description="the node's index in the job (0 for one node)")
+]
+EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
+"""A zip archive with no entry (its end-of-central-directory record alone)."""
+EMPTY_ZIP_SHA256 = hashlib.sha256(EMPTY_ZIP).hexdigest()
 
 
 def integrity_headers(size: int, sha256: str | None) -> dict[str, str]:
@@ -60,3 +71,46 @@ def bytes_answer(data: bytes, filename: str, sha256: str) -> Response:
     headers = {"Content-Disposition": f'attachment; filename="{filename}"',
                **integrity_headers(len(data), sha256)}  # fmt: skip
     return Response(data, media_type=ZIP, headers=headers)
+
+
+def output_answer(services: Services, document: dict[str, Any], node_index: int) -> Response:
+    """Node ``node_index``'s output archive of a job (as the views show it, deleted or not):
+    from the store, with what the ledger recorded of it; 410 once its artifacts were purged."""
+    name = document["name"]
+    purged = document.get("artifacts_purged")
+    if purged:
+        raise Problem(
+            410, "artifacts-purged", "Artifacts purged",
+            f"the artifacts of job '{name}' ({document['id']}) were purged on {purged['at']} "
+            "(`flexai admin purge`): its outputs are gone for good; its history stays "
+            f"(`flexai training history {name} --all`)", purged_at=purged["at"],
+        )  # fmt: skip
+    recorded = next((output for output in document.get("outputs") or []
+                     if output["node_index"] == node_index), None)  # fmt: skip
+    filename = f"output_{node_index}.zip"
+    if recorded is not None or document["status"] in TERMINAL:  # unrecorded: one from before
+        try:
+            return artifact_answer(
+                services.artifacts, output_key(document["id"], node_index), filename,
+                size=recorded and recorded["size"], sha256=recorded and recorded["sha256"],
+            )  # fmt: skip
+        except FileNotFoundError:
+            if recorded is not None:
+                raise Problem(
+                    404, "not-found", "Output gone",
+                    f"the output of job '{name}' node {node_index} is recorded but gone from "
+                    "the artifact store",
+                ) from None  # fmt: skip
+    if _ran_to_its_end(document, node_index):
+        # An agent uploads no empty output directory: the archive of nothing.
+        return bytes_answer(EMPTY_ZIP, filename, EMPTY_ZIP_SHA256)
+    raise Problem(
+        404, "not-found", "No output yet",
+        f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
+        "outputs are uploaded when the entry point ends",
+    )  # fmt: skip
+
+
+def _ran_to_its_end(document: dict[str, Any], node_index: int) -> bool:
+    ended = document["status"] in TERMINAL and bool(document.get("started_at"))
+    return ended and 0 <= node_index < int(document.get("nodes") or 1)

@@ -1,3 +1,5 @@
-"""The ledger's own care: how events are stored (encryption, compression) and `admin verify`,
-which recomputes the hash chain and compares every job folded from the ledger with the views.
-Imports: api.services, domain, projections."""
+"""The ledger's own care: how events are stored (encryption, compression); `admin verify`,
+which recomputes the hash chain, compares every job folded from the ledger with the views and
+looks for every artifact the ledger names in the store; `admin purge`, which removes deleted
+jobs' artifacts and records it.
+Imports: api.artifacts, api.services, domain, projections."""

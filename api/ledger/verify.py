@@ -1,5 +1,6 @@
-"""``flexai admin verify``: the ledger's chain recomputed, and every job folded from the ledger
-compared with what the views serve."""
+"""``flexai admin verify``: the ledger's chain recomputed, every job folded from the ledger
+compared with what the views serve, and every artifact the ledger names looked for in the
+artifact store (:mod:`api.ledger.artifact_check`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+from api.ledger.artifact_check import Artifact, Depth, ledger_artifacts, problem_of
 from api.services import Services
 from domain.job import TrainingJob
 from domain.topics import JOB_EVENT_TOPICS
@@ -17,7 +19,9 @@ LATEST = 2**62
 MAX_DIFFERENCES = 50
 
 
-def verify_ledger(services: Services, expect_digest: str | None = None) -> dict[str, Any]:
+def verify_ledger(
+    services: Services, expect_digest: str | None = None, artifacts: Depth = "shallow"
+) -> dict[str, Any]:
     recorder = services.jobs.recorder
     head = recorder.max_notification_id() or 0  # type: ignore[attr-defined]
     services.projector.wait(head)
@@ -51,8 +55,30 @@ def verify_ledger(services: Services, expect_digest: str | None = None) -> dict[
         )
     answer["jobs"] = len(job_ids)
     answer["view_differences"] = _view_differences(services, job_ids)
-    answer["ok"] = not answer["ledger_problems"] and not answer["view_differences"]
+    answer.update(_artifact_problems(services, artifacts))
+    answer["ok"] = not (answer["ledger_problems"] or answer["view_differences"]
+                        or answer["artifact_problems"])  # fmt: skip
     return answer
+
+
+def _artifact_problems(services: Services, depth: Depth) -> dict[str, Any]:
+    """Each artifact the ledger names that the store lacks or holds altered: its job (or
+    dataset), kind and key, and what is wrong."""
+    named = ledger_artifacts(services.jobs) if depth != "none" else []
+    problems = []
+    for artifact in named:
+        problem = problem_of(services.artifacts, artifact, depth)
+        if problem is not None:
+            problems.append({**_whose(services, artifact), "kind": artifact.kind,
+                             "key": artifact.key, "problem": problem})  # fmt: skip
+    return {"artifacts": depth, "artifacts_checked": len(named), "artifact_problems": problems}
+
+
+def _whose(services: Services, artifact: Artifact) -> dict[str, str | None]:
+    if artifact.job_id is None:
+        return {"job": None, "name": artifact.dataset}
+    document = services.queries.job(artifact.job_id)
+    return {"job": artifact.job_id, "name": document["name"] if document else None}
 
 
 def _view_differences(services: Services, hex_ids: set[str]) -> list[str]:

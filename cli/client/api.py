@@ -82,7 +82,15 @@ class ApiClient(HttpSession):
         """``GET /v1/jobs/{name}/outputs/{node_index}`` into ``destination``: from the store
         the answer redirects to, resumed after a cut, kept only whole and verified."""
         path = f"/v1/jobs/{_segment(name)}/outputs/{_segment(node_index)}"
-        what = f"output_{node_index}.zip of job '{name}'"
+        return self._fetch(path, f"output_{node_index}.zip of job '{name}'", destination)
+
+    def fetch_output_by_id(self, job_id: str, node_index: int, destination: Path) -> Fetched:
+        """``GET /v1/audit/jobs/{job_id}/outputs/{node_index}``: a job's output by its id,
+        deleted or not, as :meth:`fetch_output` does."""
+        path = f"/v1/audit/jobs/{_segment(job_id)}/outputs/{_segment(node_index)}"
+        return self._fetch(path, f"output_{node_index}.zip of job {job_id}", destination)
+
+    def _fetch(self, path: str, what: str, destination: Path) -> Fetched:
         try:
             return fetch(self._http, path, destination, what=what, patience=FETCH_PATIENCE_S)
         except Refused as refused:
@@ -217,10 +225,19 @@ class ApiClient(HttpSession):
         """``GET /v1/audit/jobs/{job_id}``: the events of one job, from the ledger."""
         return self._json("GET", f"/v1/audit/jobs/{_segment(job_id)}")
 
-    def admin_verify(self, expect_digest: str | None = None) -> dict[str, Any]:
-        """``POST /v1/admin/verify``: the ledger's chain and the views checked (admin token)."""
-        body = {"expect_digest": expect_digest} if expect_digest else {}
+    def admin_verify(
+        self, expect_digest: str | None = None, artifacts: str = "shallow"
+    ) -> dict[str, Any]:
+        """``POST /v1/admin/verify``: the ledger's chain, the views and the artifacts the
+        ledger names checked (admin token)."""
+        body: dict[str, Any] = {"artifacts": artifacts}
+        if expect_digest:
+            body["expect_digest"] = expect_digest
         return self._json("POST", "/v1/admin/verify", json=body)
+
+    def admin_purge(self, deleted_before: str) -> dict[str, Any]:
+        """``POST /v1/admin/purge``: remove the artifacts of jobs deleted before then."""
+        return self._json("POST", "/v1/admin/purge", json={"deleted_before": deleted_before})
 
     def admin_rebuild(self) -> dict[str, Any]:
         """``POST /v1/admin/rebuild-projections``: start rebuilding the views (admin token)."""

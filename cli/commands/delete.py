@@ -2,7 +2,8 @@
 
 Only a job in a terminal status (rejected, succeeded, failed, stopped, stop failed) can be
 deleted: stop a running job first. The job leaves the list, its name is free again, and its
-history stays in the ledger for audit.
+history stays in the ledger for audit; so do its logs, checkpoints and outputs (`flexai
+training fetch --id JOB_ID`), until an admin purges them (`flexai admin purge`).
 """
 
 from __future__ import annotations

@@ -7,15 +7,19 @@ straight from the artifact store. Each file appears only once it is complete and
 is the one the job's ledger recorded (a file whose bytes differ is refused, naming both
 hashes); an existing file of that name is replaced. An interrupted download resumes where it
 stopped, also when `fetch` is run again.
+
+A deleted job keeps its artifacts: `--id JOB_ID` (from `flexai training history NAME --all`)
+fetches them, until an admin purges them (`flexai admin purge`: then it says when).
 """
 
 from __future__ import annotations
 
 import argparse
+import uuid
 from pathlib import Path
 from typing import Any
 
-from cli.commands import add_name, add_owner_flag
+from cli.commands import add_owner_flag
 
 
 def _node_index(value: str) -> int:
@@ -30,7 +34,11 @@ def _node_index(value: str) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_owner_flag(parser)
-    add_name(parser)
+    parser.add_argument("name", metavar="NAME", nargs="?", help="the training job's name")
+    parser.add_argument(
+        "--id", dest="job_id", metavar="JOB_ID", type=_job_id,
+        help="the job's id instead of its name: a deleted job's too, for audit",
+    )  # fmt: skip
     parser.add_argument(
         "--output-dir",
         "-o",
@@ -48,25 +56,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _job_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r:.80} is not a job id (a UUID)") from None
+
+
 def execute(args: argparse.Namespace) -> int:
     from cli.client.api import ApiClient
+    from cli.errors import UsageError
 
+    if (args.name is None) == (args.job_id is None):
+        raise UsageError("give the job's NAME or --id JOB_ID (one of them)",
+                         prog="flexai training fetch")  # fmt: skip
     directory: Path = args.output_dir
     directory.mkdir(parents=True, exist_ok=True)
     with ApiClient.from_config(owner=args.owner) as client:
         indices = [args.node_index]
         if args.node_index is None:
-            job = client.get_job(args.name)
+            job = (client.get_job(args.name) if args.job_id is None
+                   else client.audit_state(args.job_id))  # fmt: skip
             indices = list(range(max(len(job.get("placements") or []), 1)))
         for index in indices:
-            _download(client, args.name, index, directory)
+            _download(client, args, index, directory)
     return 0
 
 
-def _download(client: Any, name: str, index: int, directory: Path) -> None:
+def _download(client: Any, args: argparse.Namespace, index: int, directory: Path) -> None:
     from cli.output.formats import format_size
 
     target = (directory / f"output_{index}.zip").resolve()
-    fetched = client.fetch_output(name, index, target)
+    if args.job_id is not None:
+        fetched = client.fetch_output_by_id(args.job_id, index, target)
+    else:
+        fetched = client.fetch_output(args.name, index, target)
     checked = f", SHA-256 {fetched.sha256}" if fetched.verified else ""
     print(f"Downloaded {target} ({format_size(fetched.size)}, {fetched.size} bytes{checked})")

@@ -1,119 +1,34 @@
 """The artifact routes on every store (local files, an S3 bucket on SeaweedFS) and database: an
 agent's upload session, its parts and its completion record a checkpoint or an output with its
-size and SHA-256, once; downloads say what the bytes must be, from the store or the server."""
+size and SHA-256, once; downloads say what the bytes must be, from the store or the server; an
+ended job's log goes to the bucket at once, or once the bucket is back."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import os
 import time
 import zipfile
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
-from api.http.app import create_app
-from api.identity.identities import ensure_admin_token
-from api.services import Services, build_services
-from api.settings import Settings
+from api.artifacts import settling
 from domain.datasets import Dataset
+from tests.integration.artifact_api import (
+    CHECKPOINT,
+    OUTPUT,
+    SPEC,
+    Api,
+    api,
+    sha256,
+    store_settings,
+)
 from tests.integration.test_api_problems import assert_problem
-from tests.s3 import REGION, SeaweedFS
-from tests.support import node_headers, send_archive
+from tests.s3 import SeaweedFS
+from tests.support import wait_until
 
-AGENT = "artifact-agent-0123456789"
-SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"]}
-
-
-def zip_of(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
-
-
-CHECKPOINT = zip_of({"model.safetensors": os.urandom(200_000),
-                     "trainer_state.json": b'{"global_step": 7}'})  # fmt: skip
-OUTPUT = zip_of({"weights.bin": os.urandom(300_000), "eval.json": b'{"accuracy": 0.9}'})
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class Api:
-    client: TestClient
-    services: Services
-    user: dict[str, str]
-    agent: dict[str, str]
-    node_id: str = ""
-
-    def running_job(self, name: str = "trainer") -> str:
-        """A job of the admin's, started on node gpu-1 (held by AGENT)."""
-        self.node_id = self.client.post("/v1/agent/nodes", headers=self.agent, json={
-            "name": "gpu-1", "accels": 2, "agent_id": AGENT}).json()["node_id"]  # fmt: skip
-        job_id = self.client.post("/v1/jobs", headers=self.user,
-                                  json={**SPEC, "name": name}).json()["id"]  # fmt: skip
-        self.services.jobs.begin_scheduling(UUID(job_id))
-        placed = self.services.jobs.assign(UUID(job_id), self.node_id, "gpu-1")
-        self.services.projector.wait(placed.position)
-        self.report(job_id, "built", commit="c0ffee")
-        return job_id
-
-    def report(self, job_id: str, kind: str, **facts: Any) -> None:
-        answer = self.client.post(f"/v1/agent/jobs/{job_id}/reports", headers=self.agent,
-                                  json={"node_id": self.node_id, "type": kind, **facts})
-        assert answer.status_code == 200, answer.text
-
-    def send(self, job_id: str, data: bytes, name: str | None = None) -> Any:
-        return send_archive(self.client, self.agent, job_id, self.node_id, data, name=name)
-
-    def begin(self, job_id: str, name: str | None = None) -> Any:
-        return self.client.post(f"/v1/agent/jobs/{job_id}/uploads", headers=self.agent, json={
-            "kind": "output" if name is None else "checkpoint", "name": name,
-            "node_id": self.node_id, "node_index": 0})  # fmt: skip
-
-    def events(self, job_id: str) -> list[str]:
-        return [type(event).__name__ for event in self.services.jobs.history(UUID(job_id))]
-
-    def download(self, path: str, headers: dict[str, str]) -> httpx.Response:
-        """The route's answer, and the store's when it redirects there (without the token)."""
-        answer = self.client.get(path, headers=headers, follow_redirects=False)
-        if answer.status_code != 307:
-            return answer
-        fetched = httpx.get(answer.headers["location"])
-        fetched.headers.update({k: v for k, v in answer.headers.items() if k.startswith("x-")})
-        return fetched
-
-
-@pytest.fixture(params=["local", "s3"])
-def store_settings(request: pytest.FixtureRequest) -> dict[str, Any]:
-    if request.param == "local":
-        return {}
-    server: SeaweedFS = request.getfixturevalue("s3_server")
-    bucket: str = request.getfixturevalue("s3_bucket")
-    return {"artifact_store": f"s3://{bucket}/routes", "s3_endpoint_url": server.endpoint_url,
-            "s3_region": REGION}  # fmt: skip
-
-
-@pytest.fixture
-def api(database_url: str, tmp_path: Path, store_settings: dict[str, Any]) -> Iterator[Api]:
-    settings = Settings(data_dir=tmp_path / "data", database_url=database_url, **store_settings)
-    services = build_services(settings)
-    token, _ = ensure_admin_token(services.identities, settings.data_dir)
-    with TestClient(create_app(services, background=False)) as client:
-        yield Api(client, services, {"Authorization": f"Bearer {token}"},
-                  node_headers(services, "gpu-1", AGENT))  # fmt: skip
-    services.close()
+__all__ = ["api", "store_settings"]  # fixtures
 
 
 def test_a_checkpoint_sent_in_parts_is_recorded_with_its_archive_size_and_sha256(api: Api) -> None:
@@ -291,3 +206,54 @@ def test_a_download_while_the_store_is_away_is_a_quick_503_with_retry_after(
 
     assert_problem(answer, 503, "storage-unavailable")
     assert answer.headers["retry-after"] and took < 5
+
+
+def log_parts(s3_server: SeaweedFS, bucket: str, job_id: str) -> list[bytes]:
+    """The parts of a job's log in the bucket, oldest first."""
+    client = s3_server.client()
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=f"routes/jobs/{job_id}/logs/")
+    return [client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            for item in sorted(listed.get("Contents", ()), key=lambda item: item["Key"])]
+
+
+def ship_log(api: Api, job_id: str, offset: int, data: bytes) -> None:
+    shipped = api.client.post(f"/v1/agent/jobs/{job_id}/logs", params={"offset": offset},
+                              headers=api.agent, content=data)  # fmt: skip
+    assert shipped.status_code == 200, shipped.text
+
+
+@pytest.mark.parametrize("store_settings", ["s3"], indirect=True)
+def test_an_ended_jobs_last_log_lines_are_in_the_bucket_as_soon_as_it_ends(
+    api: Api, s3_server: SeaweedFS, s3_bucket: str
+) -> None:
+    job_id = api.running_job()
+    ship_log(api, job_id, 0, b"epoch 1\n")
+    ship_log(api, job_id, 8, b"the last line\n")
+    assert log_parts(s3_server, s3_bucket, job_id) == []  # less than a part: held for now
+
+    api.report(job_id, "exited", exit_code=0)
+
+    wait_until(lambda: log_parts(s3_server, s3_bucket, job_id), timeout=5)
+    assert log_parts(s3_server, s3_bucket, job_id) == [b"epoch 1\nthe last line\n"]
+    read = api.client.get("/v1/jobs/trainer/logs", headers=api.user)
+    assert read.content == b"epoch 1\nthe last line\n"
+
+
+@pytest.mark.parametrize("store_settings", ["s3"], indirect=True)
+def test_an_ended_jobs_log_waits_while_the_bucket_is_away_and_goes_once_it_is_back(
+    api: Api, s3_server: SeaweedFS, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settling, "RETRY_MOST_S", 0.5)  # retried often: the test is short
+    job_id = api.running_job()
+    ship_log(api, job_id, 0, b"the only line\n")
+
+    with s3_server.stopped():
+        started = time.monotonic()
+        api.report(job_id, "exited", exit_code=0)
+        assert time.monotonic() - started < 2  # the end's report never waits on the bucket
+        time.sleep(1.5)  # settles were tried meanwhile, and failed
+        read = api.client.get("/v1/jobs/trainer/logs", headers=api.user)
+        assert read.status_code == 200 and read.content == b"the only line\n"
+
+    wait_until(lambda: log_parts(s3_server, s3_bucket, job_id), timeout=20)
+    assert log_parts(s3_server, s3_bucket, job_id) == [b"the only line\n"]

@@ -99,3 +99,22 @@ def test_a_job_does_not_start_before_every_node_of_it_is_built() -> None:
     job.record_built(1, "c0ffee", None, by=agent("gpu-1"))
     job.start("c0ffee", [0], by=scheduler(), allocations=[[0], [0]])
     assert job.status == "in progress"
+
+
+def test_only_a_deleted_job_records_that_its_artifacts_were_purged_and_only_once() -> None:
+    spec = {"repository_url": "https://example.com/r.git", "entry_point": ["train.py"],
+            "accels": 1, "nodes": 1}  # fmt: skip
+    job = TrainingJob.submit(owner="alice", name="old", spec=spec, by=user("alice"))
+    job.begin_scheduling(by=scheduler())
+    job.reject("no_node_available", "no node", by=scheduler())
+    with pytest.raises(DomainError, match="'old' keeps its artifacts until it is deleted"):
+        job.purge_artifacts(3, by=user("admin"))
+    job.delete(by=user("alice"))
+    job.collect_events()
+
+    assert job.purge_artifacts(3, by=user("admin")) is True
+    assert job.purge_artifacts(0, by=user("admin")) is False
+    [purged] = job.collect_events()
+    assert (type(purged).__name__, purged.objects) == ("ArtifactsPurged", 3)
+    with pytest.raises(DomainError, match="deleted"):
+        job.request_stop(by=user("alice"))  # nothing else is recorded on a deleted job

@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from api.http.audit_schemas import AuditFailure, AuditJobState, AuditPlacement
 from api.http.deps import CurrentCaller, CurrentUser, JobOwner, ServicesDep
+from api.http.downloads import ANSWERS, OutputIndex, output_answer
 from api.http.problems import Problem
 from api.http.schemas import AuditEvent, AuditHistory, AuditJob, AuditJobs
 from domain.application import JobNotFound
@@ -59,6 +60,18 @@ def job_history(
     )
 
 
+@router.get("/jobs/{job_id}/outputs/{node_index}", response_class=Response, responses=ANSWERS)
+def job_outputs_by_id(
+    job_id: UUID, node_index: OutputIndex, services: ServicesDep, caller: CurrentCaller,
+    me: CurrentUser,
+) -> Response:  # fmt: skip
+    """A job's output archive by the job's id, deleted or not (yours; an admin: any's), for
+    audit: as ``GET /v1/jobs/{name}/outputs/{node_index}``; 410 once its artifacts were
+    purged."""
+    document = services.queries.job(str(job_id))
+    if document is None or (document["owner"] != me and not caller.admin):
+        raise JobNotFound(f"with id {job_id}")
+    return output_answer(services, document, node_index)
 
 
 @router.get("/jobs/{job_id}/state")

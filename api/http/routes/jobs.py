@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
-from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
-from api.artifacts.store import output_key
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
     ALL_OWNERS,
@@ -24,7 +21,7 @@ from api.http.deps import (
     ServicesDep,
     tell_position,
 )
-from api.http.downloads import ANSWERS, artifact_answer, bytes_answer
+from api.http.downloads import ANSWERS, OutputIndex, output_answer
 from api.http.problems import Problem, too_many_followers
 from api.http.schemas import (
     CheckpointPublic,
@@ -42,9 +39,6 @@ from domain.statuses import TERMINAL, Status
 from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_repository_url
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-NodeIndex = Annotated[
-    int, PathParam(ge=0, lt=MAX_NODES, description="the node's index in the job (0 for one node)")
-]
 LOG_READ_BYTES = 256 * 1024
 TEXT = "text/plain; charset=utf-8"
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
@@ -201,7 +195,8 @@ def stop_job(
 def delete_job(
     name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser, response: Response
 ) -> JobDeleted:
-    """Delete a finished job; its history stays readable for audit."""
+    """Delete a finished job; its history stays readable for audit, and its artifacts stay
+    in the store until an admin purges them."""
     document = find_job(services, owner, name, me)
     outcome = services.jobs.delete(UUID(document["id"]), by=user(me))
     services.projector.wait(outcome.position)
@@ -291,43 +286,8 @@ def job_checkpoints(
 
 @router.get("/{name}/outputs/{node_index}", response_class=Response, responses=ANSWERS)
 def job_outputs(
-    name: str, node_index: NodeIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
+    name: str, node_index: OutputIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
 ) -> Response:
     """The job's output directory as a zip archive: 307 to the store, or the bytes;
     ``X-Flexai-Size`` and ``X-Flexai-Sha256`` say what they must be."""
-    document = find_job(services, owner, name, me)
-    recorded = next((output for output in document.get("outputs") or []
-                     if output["node_index"] == node_index), None)  # fmt: skip
-    filename = f"output_{node_index}.zip"
-    ended = document["status"] in TERMINAL
-    if recorded is not None or ended:  # an ended job's unrecorded output: one from before
-        try:
-            return artifact_answer(
-                services.artifacts, output_key(document["id"], node_index), filename,
-                size=recorded and recorded["size"], sha256=recorded and recorded["sha256"],
-            )  # fmt: skip
-        except FileNotFoundError:
-            if recorded is not None:
-                raise Problem(
-                    404, "not-found", "Output gone",
-                    f"the output of job '{name}' node {node_index} is recorded but gone from "
-                    "the artifact store",
-                ) from None  # fmt: skip
-    if _ran_to_its_end(document, node_index):
-        # An agent uploads no empty output directory: the archive of nothing.
-        return bytes_answer(EMPTY_ZIP, filename, EMPTY_ZIP_SHA256)
-    raise Problem(
-        404, "not-found", "No output yet",
-        f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "
-        "outputs are uploaded when the entry point ends",
-    )  # fmt: skip
-
-
-EMPTY_ZIP = b"PK\x05\x06" + bytes(18)
-"""A zip archive with no entry (its end-of-central-directory record alone)."""
-EMPTY_ZIP_SHA256 = hashlib.sha256(EMPTY_ZIP).hexdigest()
-
-
-def _ran_to_its_end(document: dict[str, Any], node_index: int) -> bool:
-    ended = document["status"] in TERMINAL and bool(document.get("started_at"))
-    return ended and 0 <= node_index < int(document.get("nodes") or 1)
+    return output_answer(services, find_job(services, owner, name, me), node_index)

@@ -21,7 +21,7 @@ from api.artifacts.archives import (
 )
 from api.artifacts.store import Part, UploadIncomplete, checkpoint_key, output_key
 from api.artifacts.uploads import UploadSession, new_upload_id, now
-from api.http.deps import CurrentNode, LedgerWritable, ServicesDep, UploadsDep
+from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.problems import Problem, upload_incomplete, upload_not_found
 from api.http.routes.agent import AgentId, JobId, job_of_holder, require_own_node
 from api.http.schemas import BYTES_BODY, CheckpointPublic
@@ -52,8 +52,7 @@ EVENT = {"checkpoint": "CheckpointRecorded", "output": "OutputsRecorded"}
 @router.post("/jobs/{job_id}/uploads", status_code=201,
              dependencies=[Depends(LedgerWritable)])  # fmt: skip
 def begin_upload(job_id: JobId, body: UploadCreate, agent_id: AgentId, services: ServicesDep,
-                 node: CurrentNode, uploads: UploadsDep, response: Response,
-                 ) -> UploadStarted:  # fmt: skip
+                 node: CurrentNode, response: Response) -> UploadStarted:  # fmt: skip
     """Begin uploading a checkpoint or an output archive of a job of this node's (an unfinished
     upload of the same artifact is replaced); 200 with ``recorded``: the ledger has it already."""
     require_own_node(node, body.node_id)
@@ -72,17 +71,16 @@ def begin_upload(job_id: JobId, body: UploadCreate, agent_id: AgentId, services:
         node_id=body.node_id, node_index=body.node_index, key=key,
         store_upload_id=started.store_upload_id, part_size=started.part_size, created_at=now(),
     )  # fmt: skip
-    uploads.open(session)
+    services.uploads.open(session)
     return UploadStarted(id=session.id, part_size=session.part_size)
 
 
 @router.post("/uploads/{upload_id}/parts")
 def part_targets(upload_id: UploadId, body: PartNumbers, agent_id: AgentId,
-                 services: ServicesDep, node: CurrentNode, uploads: UploadsDep,
-                 ) -> PartTargets:  # fmt: skip
+                 services: ServicesDep, node: CurrentNode) -> PartTargets:  # fmt: skip
     """Where each of these parts goes: presigned URLs of the store (send no token), or this
     API's ``PUT .../parts/{n}`` (send the agent's token). Ask again for a URL that expired."""
-    session = _unfinished(_session(services, uploads, upload_id, agent_id, node)[0])
+    session = _unfinished(_session(services, upload_id, agent_id, node)[0])
     targets = services.artifacts.part_targets(session.key, session.started, body.numbers,
                                               session.id)  # fmt: skip
     return PartTargets(parts=[PartTarget(number=t.number, url=t.url, headers=dict(t.headers))
@@ -92,9 +90,9 @@ def part_targets(upload_id: UploadId, body: PartNumbers, agent_id: AgentId,
 @router.put("/uploads/{upload_id}/parts/{number}", openapi_extra=BYTES_BODY)
 async def put_part(upload_id: UploadId, number: Annotated[PartNumber, Path()], agent_id: AgentId,
                    request: Request, services: ServicesDep, node: CurrentNode,
-                   uploads: UploadsDep) -> PartDone:  # fmt: skip
+                   ) -> PartDone:  # fmt: skip
     """One part's bytes (the local store only: the S3 store's parts go straight to it)."""
-    found, _ = await run_in_threadpool(_session, services, uploads, upload_id, agent_id, node)
+    found, _ = await run_in_threadpool(_session, services, upload_id, agent_id, node)
     session = _unfinished(found)
     if services.artifacts.kind != "local":
         raise Problem(
@@ -109,19 +107,18 @@ async def put_part(upload_id: UploadId, number: Annotated[PartNumber, Path()], a
 
 @router.post("/uploads/{upload_id}/complete", dependencies=[Depends(LedgerWritable)])
 def complete_upload(upload_id: UploadId, body: UploadComplete, agent_id: AgentId,
-                    services: ServicesDep, node: CurrentNode, uploads: UploadsDep,
-                    ) -> CheckpointPublic | OutputPublic:  # fmt: skip
+                    services: ServicesDep, node: CurrentNode) -> CheckpointPublic | OutputPublic:
     """Make the archive from its parts, check it and record it in the ledger with its size and
     SHA-256; completing it again answers the same. 422: a refused archive (then deleted)."""
-    session, document = _session(services, uploads, upload_id, agent_id, node)
+    session, document = _session(services, upload_id, agent_id, node)
     if session.answer is None:
         answer = (_recorded(services, document, session.kind, session.name, session.node_index)
                   if session.kind == "checkpoint" else None)  # fmt: skip
         if answer is not None and session.completed_at is None:  # another upload recorded it
             services.artifacts.abort_upload(session.key, session.started)
         elif answer is None:
-            answer = _make_and_record(services, uploads, session, body, document)
-        uploads.answered(session.id, answer)
+            answer = _make_and_record(services, session, body, document)
+        services.uploads.answered(session.id, answer)
         session = replace(session, answer=answer)
     assert session.answer is not None
     if session.kind == "checkpoint":
@@ -131,23 +128,23 @@ def complete_upload(upload_id: UploadId, body: UploadComplete, agent_id: AgentId
 
 @router.delete("/uploads/{upload_id}")
 def abort_upload(upload_id: UploadId, agent_id: AgentId, services: ServicesDep,
-                 node: CurrentNode, uploads: UploadsDep) -> UploadAborted:  # fmt: skip
+                 node: CurrentNode) -> UploadAborted:  # fmt: skip
     """Give an upload up: its parts go (a completed upload stays as it is)."""
-    session, _ = _session(services, uploads, upload_id, agent_id, node)
+    session, _ = _session(services, upload_id, agent_id, node)
     if session.completed_at is not None:
         return UploadAborted(id=session.id, aborted=False)
     services.artifacts.abort_upload(session.key, session.started)
-    uploads.drop(session.id)
+    services.uploads.drop(session.id)
     return UploadAborted(id=session.id, aborted=True)
 
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _session(services: Services, uploads: UploadsDep, upload_id: str, agent_id: str,
+def _session(services: Services, upload_id: str, agent_id: str,
              node: str) -> tuple[UploadSession, dict[str, Any]]:  # fmt: skip
     """The session and its job, when it is a job whose node this agent holds."""
-    session = uploads.get(upload_id)
+    session = services.uploads.get(upload_id)
     if session is None:
         raise upload_not_found(upload_id)
     try:
@@ -206,8 +203,8 @@ def _recorded(services: Services, document: dict[str, Any], kind: str, name: str
     return None
 
 
-def _make_and_record(services: Services, uploads: UploadsDep, session: UploadSession,
-                     body: UploadComplete, document: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _make_and_record(services: Services, session: UploadSession, body: UploadComplete,
+                     document: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     store = services.artifacts
     if session.completed_at is None:
         parts = [Part(part.number, part.etag) for part in sorted(body.parts,
@@ -215,15 +212,15 @@ def _make_and_record(services: Services, uploads: UploadsDep, session: UploadSes
         try:
             size = store.complete_upload(session.key, session.started, parts)
         except UploadIncomplete:
-            again = uploads.get(session.id)  # completed meanwhile by a request sent twice?
+            again = services.uploads.get(session.id)  # completed meanwhile by a request sent twice?
             if again is None or again.completed_at is None:
                 raise
             size = store.size(session.key) or 0
-        uploads.made(session.id)
+        services.uploads.made(session.id)
     else:  # made before, not recorded: a complete sent again after the ledger refused
         size = store.size(session.key) or 0
     if size != body.size:
-        _discard(services, uploads, session)
+        _discard(services, session)
         raise upload_incomplete(f"the parts make {size} bytes, not the {body.size} bytes of "
                                 "the archive")  # fmt: skip
     try:
@@ -235,7 +232,7 @@ def _make_and_record(services: Services, uploads: UploadsDep, session: UploadSes
         return _record(services, session, document, size, body.sha256,
                        metadata if session.kind == "checkpoint" else {})  # fmt: skip
     except (InvalidArchive, ArchiveTooLarge, DomainError):
-        _discard(services, uploads, session)
+        _discard(services, session)
         raise
 
 
@@ -262,7 +259,7 @@ def _record(services: Services, session: UploadSession, document: dict[str, Any]
     return recorded
 
 
-def _discard(services: Services, uploads: UploadsDep, session: UploadSession) -> None:
+def _discard(services: Services, session: UploadSession) -> None:
     """A made object the ledger will not record goes, with its session."""
     services.artifacts.delete(session.key)
-    uploads.drop(session.id)
+    services.uploads.drop(session.id)

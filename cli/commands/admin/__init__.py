@@ -7,5 +7,5 @@ Imports: cli.client, cli.commands, cli.errors, cli.output."""
 from __future__ import annotations
 
 # In the order `flexai admin --help` lists them.
-ADMIN_COMMANDS = ("user", "token", "node-token", "verify", "rebuild-projections")
+ADMIN_COMMANDS = ("user", "token", "node-token", "verify", "purge", "rebuild-projections")
 """A command ``a-b`` is the module ``a_b``."""
