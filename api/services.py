@@ -27,12 +27,14 @@ from api.scheduling.waits import Waits
 from api.settings import Settings
 from domain.application import TrainingJobs
 from projections.db import (
+    LEDGER_CHANNEL,
     TOKENS_CHANNEL,
     Database,
     LedgerListener,
     PostgresDatabase,
     open_database,
 )
+from projections.group_commit import PostgresGroupCommit
 from projections.projector import Projector
 from projections.queries import Queries
 from projections.rebuild import Rebuilder
@@ -116,7 +118,10 @@ def build_services(settings: Settings) -> Services:
         # Replicas may share this database: views follow the ledger by LISTEN/NOTIFY (and a
         # slow poll), and one replica at a time schedules, woken by others' writes too. A
         # revoked token is forgotten by every replica at once.
-        jobs.after_save = (database.notify_ledger,)
+        if isinstance(jobs.recorder, PostgresGroupCommit):  # told in the save's own commit
+            jobs.recorder.ledger_channel = LEDGER_CHANNEL
+        else:
+            jobs.after_save = (database.notify_ledger,)
         identities.revoked.append(lambda token_id: database.notify(TOKENS_CHANNEL, token_id))
         listener = LedgerListener(
             database.dedicated_connection, others={TOKENS_CHANNEL: identities.forget}

@@ -16,6 +16,8 @@ and uploads exactly those bytes.
   the server reads its central directory) and the ``exited`` report.
 - **fetch**: ``flexai training fetch NAME`` as a process (its start included), from the
   server's answer (a redirect to the bucket, or the bytes) to ``output_0.zip`` verified.
+- **fixed costs**: the same two figures for a 1 MiB output (the process's start, the requests
+  around the bytes), once per store.
 - **baselines**: S3 store: boto3's ``upload_file`` and ``download_file`` of the same bytes to
   and from the same bucket (``TransferConfig``: 64 MiB parts, 4 threads); local store: ``cp``
   of the file.
@@ -248,9 +250,12 @@ def bench_store(store: str, root: Path, blob: Path, repeats: int,
     try:
         name, _, idle = plane.run(repo, small)  # warm-up: the mirror, the environment
         plane.purge(name)
-        name, _, idle = plane.run(repo, small)  # what a job costs the server without bytes
+        name, seconds, idle = plane.run(repo, small)  # what a job costs without the bytes
+        took, _ = plane.fetch(name, root / "fetched")
+        shutil.rmtree(root / "fetched")
         plane.purge(name)
         rows["server cpu, 1 MiB job"] = [idle["cpu"]]
+        rows["1 MiB upload"], rows["1 MiB fetch"] = [seconds], [took]
         for repeat in range(repeats):
             order = [0, 1] if repeat % 2 == 0 else [1, 0]
             for step in order:
@@ -317,6 +322,9 @@ def report(results: dict[str, dict[str, Any]], size: int) -> None:
         print(f"{f'{store}: CPU per GiB':<44} {rows['upload cpu'] / gib:>8.2f} "
               f"{rows['fetch cpu'] / gib:>8.2f}   (a 1 MiB job: "
               f"{rows['server cpu, 1 MiB job']:.2f} s)")  # fmt: skip
+    for store, rows in results.items():
+        print(f"{store}: a 1 MiB output: exit -> succeeded {rows['1 MiB upload']:.2f} s, "
+              f"fetch {rows['1 MiB fetch']:.2f} s (the fixed costs)")  # fmt: skip
 
 
 def main() -> int:

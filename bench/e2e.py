@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import pwd
+import shutil
 import socket
 import statistics
 import subprocess
@@ -47,6 +48,7 @@ for entry in (ROOT, HERE):  # the project's packages (tests.pg, tests.support), 
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
+from probes import Profiles, snapshot  # noqa: E402
 from slurm import SlurmCluster, SlurmUnavailable, stop_all  # noqa: E402
 
 from tests.support import make_repo  # noqa: E402
@@ -68,6 +70,7 @@ class Flexai:
 
     def __init__(self, root: Path, database_url: str | None, agents: int, accels: int) -> None:
         self.root = root
+        self.database_url = database_url
         root.mkdir(parents=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -76,6 +79,7 @@ class Flexai:
         self.env.pop("FLEXAI_TOKEN", None)
         self.env.pop("FLEXAI_API_URL", None)
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.pids: dict[str, int] = {}
         self.counter = 0
         try:
             server = ["server", "--data-dir", str(root / "data"), "--port", str(self.port),
@@ -108,6 +112,7 @@ class Flexai:
             [sys.executable, "-m", "cli.main", *args], env=self.env, stdout=log,
             stderr=subprocess.STDOUT, cwd=self.root,
         ))  # fmt: skip
+        self.pids[name] = self.processes[-1].pid
 
     def _wait(self, condition: Callable[[], bool], what: str) -> None:
         deadline = time.monotonic() + 60
@@ -199,10 +204,14 @@ def latencies(cluster: Flexai, repo: Path, jobs: int) -> list[float]:
     return timings
 
 
-def throughput(cluster: Flexai, repo: Path, count: int) -> float:
+def throughput(
+    cluster: Flexai, repo: Path, count: int, notes: list[str], profile: Path | None = None
+) -> float:
     warm = [cluster.submit(repo, accels=4)[0] for _ in range(2)]  # one per agent
     for name in warm:
         cluster.wait_succeeded(name, poll=0.05)
+    before = snapshot(cluster.http, cluster.pids, cluster.database_url)
+    profiles = Profiles(profile, cluster.pids) if profile else None
     start = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
         names = {name for name, _ in pool.map(lambda _: cluster.submit(repo), range(count))}
@@ -211,7 +220,14 @@ def throughput(cluster: Flexai, repo: Path, count: int) -> float:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{count} jobs not succeeded within 600 s; see {cluster.root}")
         time.sleep(0.2)  # a list of every job: asked for often, it would load the server
-    return count / (time.perf_counter() - start)
+    rate = count / (time.perf_counter() - start)
+    if profiles is not None and profile is not None:
+        profiles.stop()
+        for log in cluster.root.glob("*.log"):
+            shutil.copy(log, profile / log.name)
+        notes.append(f"py-spy stacks (--gil) and logs of the server and agents: {profile}")
+    notes += snapshot(cluster.http, cluster.pids, cluster.database_url).minus(before).per_job(count)
+    return rate
 
 
 def slurm_latencies(slurm: SlurmCluster, jobs: int) -> list[float]:
@@ -256,7 +272,8 @@ def percentile(timings: list[float], q: int) -> float:
 def report(rows: dict[str, list[float]], rates: dict[str, float], notes: list[str]) -> None:
     slurm = rows.get("slurm: sbatch --wrap true")
     base = statistics.median(slurm) if slurm else None
-    print(f"\n{'row':<34} {'p50 ms':>8} {'p90 ms':>8} {'p50 / Slurm p50':>16}")
+    if rows:
+        print(f"\n{'row':<34} {'p50 ms':>8} {'p90 ms':>8} {'p50 / Slurm p50':>16}")
     for row, timings in rows.items():
         p50 = percentile(timings, 50)
         ratio = f"{p50 / base:>15.2f}x" if base else f"{'-':>16}"
@@ -299,12 +316,17 @@ def run(args: argparse.Namespace) -> None:
         tmp = Path(scratch)
         repo = make_repo(tmp / "repo", {"train.py": "pass\n", "requirements.txt": ""})
         for store in stores:
-            with flexai(store, tmp / f"latency-{store}", agents=1, accels=1) as cluster:
-                rows[f"flexai: run -> succeeded ({store})"] = latencies(cluster, repo, args.jobs)
+            if args.jobs:
+                with flexai(store, tmp / f"latency-{store}", agents=1, accels=1) as cluster:
+                    rows[f"flexai: run -> succeeded ({store})"] = latencies(
+                        cluster, repo, args.jobs
+                    )
             if args.throughput:
                 with flexai(store, tmp / f"throughput-{store}", agents=2, accels=4) as cluster:
+                    notes.append(f"{args.count} jobs ({store}):")
+                    profile = args.profile / store if args.profile else None
                     rates[f"flexai: {args.count} jobs ({store})"] = throughput(
-                        cluster, repo, args.count
+                        cluster, repo, args.count, notes, profile
                     )
         if args.slurm:
             try:
@@ -313,7 +335,8 @@ def run(args: argparse.Namespace) -> None:
                 notes.append(f"Slurm not measured: {error}")
             else:
                 try:
-                    rows["slurm: sbatch --wrap true"] = slurm_latencies(slurm, args.jobs)
+                    if args.jobs:
+                        rows["slurm: sbatch --wrap true"] = slurm_latencies(slurm, args.jobs)
                     if args.throughput:
                         rates[f"slurm: {args.count} x sbatch --wrap true"] = slurm_throughput(
                             slurm, args.count
@@ -326,11 +349,13 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--jobs", type=int, default=20, help="timed jobs per store (20)")
+    parser.add_argument("--jobs", type=int, default=20, help="timed jobs per store (20; 0: none)")
     parser.add_argument("--slurm", action="store_true", help="measure Slurm in the same run")
     parser.add_argument("--throughput", action="store_true",
                         help="also 200 jobs through two agents of 4 accelerators")  # fmt: skip
     parser.add_argument("--count", type=int, default=200, help=argparse.SUPPRESS)
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="py-spy the server and agents during --throughput")  # fmt: skip
     run(parser.parse_args(argv))
     return 0
 

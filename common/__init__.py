@@ -1,4 +1,5 @@
 """What the CLI, the server and the agent all use: durations, the client config file, and
-downloads of artifacts that resume and verify (``transfer``, on httpx; ``behind``: hashing
-beside the stream), and how values and a waiting job's reasons read (``wording``).
+downloads of artifacts that resume and verify (``transfer``, on httpx, its bytes read by
+``direct`` into the buffers of ``landing``; ``behind``: hashing beside the stream), and how
+values and a waiting job's reasons read (``wording``).
 Imports: nothing of ours (the standard library and httpx only)."""

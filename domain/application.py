@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+import time
+from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar, cast
-from uuid import UUID, uuid5
+from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import DomainEvent
@@ -18,33 +20,21 @@ from domain.allocation import UnitOfWork
 from domain.datasets import Dataset
 from domain.errors import DomainError, IllegalTransition, JobDeleted
 from domain.history import PastJob, version_at
-from domain.ids import NAMESPACE
 from domain.job import TrainingJob
 from domain.job_name import JobName
+from domain.name_claims import NameClaims
 from domain.node import Node
+from domain.outcomes import JobNotFound, Outcome
 from domain.reports import apply_report, report_facts, reporting_node
 from domain.statuses import Status
+from domain.submissions import submit_all
 from domain.topics import register_old_topics
 from domain.transcodings import SetAsList
 
 T = TypeVar("T")
-CONFLICT_RETRIES = 8
+CONFLICT_RETRIES = 16
 
 register_old_topics()  # before this application reads a ledger written before the split
-
-
-class JobNotFound(DomainError):
-    def __init__(self, what: str) -> None:
-        super().__init__(f"no job {what}; `flexai training list` shows your jobs")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a command did: the job it touched and the ledger position of its last event
-    (None when it recorded nothing, as an idempotent resend does)."""
-
-    job_id: UUID
-    position: int | None
 
 
 class TrainingJobs(Application[UUID]):
@@ -79,12 +69,15 @@ class TrainingJobs(Application[UUID]):
     # -- helpers --------------------------------------------------------------------------
 
     def _retrying(self, command: Callable[[], T]) -> T:
-        """Re-run a load-command-save on optimistic-concurrency conflicts."""
-        for _ in range(CONFLICT_RETRIES - 1):
+        """Re-run a load-command-save on optimistic-concurrency conflicts: at once at first,
+        then after a random pause that doubles up to 50 ms, so that commands racing on one hot
+        aggregate (a node that many jobs' reports touch) take turns rather than collide again."""
+        for attempt in range(CONFLICT_RETRIES - 1):
             try:
                 return command()
             except RecordConflictError:
-                continue
+                if attempt >= 2:
+                    time.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
         return command()
 
     def _save(self, job_id: UUID, *aggregates: Any) -> Outcome:
@@ -134,22 +127,35 @@ class TrainingJobs(Application[UUID]):
 
     # -- users ----------------------------------------------------------------------------
 
-    def submit(self, owner: str, name: str, spec: dict[str, Any], by: Actor) -> Outcome:
-        """Record a new job and claim its name in one atomic save."""
+    def submit(
+        self, owner: str, name: str, spec: dict[str, Any], by: Actor, *, schedule: bool = False
+    ) -> Outcome:
+        """Record a new job and claim its name in one atomic save (a name never seen claimed
+        is claimed unread: see ``domain/name_claims.py``). With ``schedule`` (a scheduler runs
+        that would start it at once), its scheduling starts in that same save."""
 
-        def run() -> Outcome:
+        def save(read: bool) -> Outcome:
             job = TrainingJob.submit(owner=owner, name=name, spec=spec, by=by)
-            index_id = JobName.create_id(owner, name)
-            index: JobName
-            try:
-                index = self.repository.get(index_id)
-            except AggregateNotFoundError:
-                index = JobName(owner=owner, name=name, job_id=job.id)
-            else:
-                index.claim(job.id)
-            return self._save(job.id, job, index)
+            if schedule:
+                job.begin_scheduling(by=scheduler())
+            return self._save(job.id, job, self._claims.claim(owner, name, job.id, read=read))
 
-        return self._retrying(run)
+        return self._claims.saving(owner, name, save, self._retrying)
+
+    @cached_property
+    def _claims(self) -> NameClaims:
+        return NameClaims(self.repository)
+
+    def submit_many(
+        self, owner: str, submissions: Sequence[tuple[str, dict[str, Any]]], by: Actor, *,
+        schedule: bool = False,
+    ) -> list[Outcome | DomainError]:  # fmt: skip
+        """Record new jobs, each claiming its name, in one atomic save: a job whose name is
+        taken or whose spec is refused gets its error in its place, the others are saved
+        (see ``domain/submissions.py``); ``schedule`` as for ``submit``."""
+        saved = submit_all(self, owner, submissions, by, schedule=schedule,
+                           retrying=self._retrying)  # fmt: skip
+        return [Outcome(*one) if isinstance(one, tuple) else one for one in saved]
 
     def request_stop(self, job_id: UUID, by: Actor) -> Outcome:
         """Ask for a stop; a job no node holds yet stops at once."""
@@ -410,10 +416,3 @@ class TrainingJobs(Application[UUID]):
             return self._save(dataset_id, dataset).position
 
         return self._retrying(run)
-
-
-def checkpoint_id(job_id: UUID, name: str, node_index: int = 0) -> str:
-    """Checkpoint ids derive from job, name and node, so a re-upload names the same
-    checkpoint, and two nodes of a job writing one name keep two checkpoints."""
-    node = "" if node_index == 0 else f"\x00{node_index}"
-    return str(uuid5(NAMESPACE, f"checkpoint\x00{job_id}\x00{name}{node}"))

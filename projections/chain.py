@@ -8,7 +8,8 @@ very transaction that inserts events, each event gets a row in ``<events table>_
   is, so checking needs no key);
 - ``ledger_digest`` = SHA-256 over the previous row's digest and this event's hash and position,
   a running digest of the whole ledger in the order it was written (writers are serialized:
-  SQLite has one writer, and eventsourcing's PostgreSQL recorder locks the events table).
+  SQLite has one writer, and eventsourcing's PostgreSQL recorder locks the events table; a
+  group of saves committed together is chained save after save, as written).
 
 :func:`verify_chain` recomputes both from the raw rows and names the first event whose stored
 row was altered, deleted, inserted behind the ledger's back or reordered. Someone who can write
@@ -29,6 +30,8 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from psycopg.sql import SQL, Identifier
+
+from projections.group_commit import PostgresGroupCommit, SQLiteGroupCommit
 
 GENESIS = ""
 _DOMAIN = b"flexai-ledger-chain-v1"
@@ -81,8 +84,9 @@ def _chain_rows(
     return rows
 
 
-class ChainedSQLiteRecorder(SQLiteApplicationRecorder):
-    """eventsourcing's SQLite application recorder, chaining each event it inserts."""
+class ChainedSQLiteRecorder(SQLiteGroupCommit, SQLiteApplicationRecorder):
+    """eventsourcing's SQLite application recorder, chaining each event it inserts; saves
+    that come together commit together (:mod:`projections.group_commit`)."""
 
     def construct_create_table_statements(self) -> list[str]:
         return [
@@ -123,9 +127,10 @@ class ChainedSQLiteRecorder(SQLiteApplicationRecorder):
         return positions
 
 
-class ChainedPostgresRecorder(PostgresApplicationRecorder):
+class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, chaining each event it inserts (after
-    the insert, in its transaction, while it holds the lock on the events table)."""
+    the insert, in its transaction, while it holds the lock on the events table); saves that
+    come together commit together (:mod:`projections.group_commit`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -170,12 +175,16 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder):
             row = curs.fetchone()
             return str(row["event_hash"]) if row else None
 
-        curs.execute(SQL("SELECT ledger_digest FROM {0} ORDER BY notification_id DESC "
-                         "LIMIT 1").format(table))  # fmt: skip
-        last = curs.fetchone()
-        rows = _chain_rows(stored_events, positions, previous_hash,
-                           str(last["ledger_digest"]) if last else GENESIS)  # fmt: skip
+        head = self.chain_head if self.group_open else None  # the group's last digest
+        if head is None:
+            curs.execute(SQL("SELECT ledger_digest FROM {0} ORDER BY notification_id DESC "
+                             "LIMIT 1").format(table))  # fmt: skip
+            last = curs.fetchone()
+            head = str(last["ledger_digest"]) if last else GENESIS
+        rows = _chain_rows(stored_events, positions, previous_hash, head)
         curs.executemany(SQL("INSERT INTO {0} VALUES (%s, %s, %s, %s, %s)").format(table), rows)
+        if self.group_open:
+            self.chain_head = rows[-1][4]
         return positions
 
 

@@ -49,7 +49,8 @@ class Database(Protocol):
     dialect: str
 
     def transaction(self, *, write: bool = False) -> Any:
-        """A context manager giving a Cursor inside one transaction."""
+        """A context manager giving a Cursor inside one transaction (a read, ``write`` False,
+        may see each statement's own moment: PostgreSQL's READ COMMITTED)."""
 
     def close(self) -> None: ...
 
@@ -113,6 +114,11 @@ class SQLiteDatabase:
 
 
 class PostgresDatabase:
+    """A pool of connections in autocommit: a write is one transaction (``BEGIN`` ...
+    ``COMMIT``); a read runs each statement alone, as READ COMMITTED would (each statement sees
+    what was committed when it began), without the two round trips that open and close a
+    transaction."""
+
     dialect = "postgres"
 
     def __init__(
@@ -128,12 +134,13 @@ class PostgresDatabase:
         psycopg.connect(conninfo, connect_timeout=connect_timeout_s).close()
         self.conninfo = conninfo
         self.connect_timeout_s = connect_timeout_s
+        options = {"row_factory": dict_row, "autocommit": True,
+                   "connect_timeout": connect_timeout_s}  # fmt: skip
         self._pool = FailFastPool(
             conninfo,
             min_size=1,
             max_size=max_size,
-            kwargs={"row_factory": dict_row, "autocommit": False,
-                    "connect_timeout": connect_timeout_s},  # fmt: skip
+            kwargs=options,
             timeout=wait_s,
             reconnect_timeout=RECONNECT_S,
             open=True,
@@ -141,8 +148,12 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
-        with self._pool.connection() as connection, connection.transaction():
-            yield _Cursor(connection.cursor(), placeholder="%s")
+        with self._pool.connection() as connection:
+            if not write:
+                yield _Cursor(connection.cursor(), placeholder="%s")
+                return
+            with connection.transaction():
+                yield _Cursor(connection.cursor(), placeholder="%s")
 
     def close(self) -> None:
         self._pool.close()
@@ -213,6 +224,9 @@ class LedgerListener:
         self._connect = connect
         self._connection: psycopg.Connection[Any] | None = None
         self._retry_at = 0.0
+        self.told: int | None = None
+        """The last ledger position the notifications the last :meth:`wait` took named (their
+        payload); None when one named none, or when listening (re)started."""
         self.others = others or {}
         """Other channels listened to on the same connection, and what each notification (or
         a fresh start of listening, when some may have been missed) calls."""
@@ -221,6 +235,7 @@ class LedgerListener:
         """Wait up to ``timeout`` seconds for a commit to the ledger; True when one came (all
         that came meanwhile are taken at once), or when listening (re)started: what was
         committed while nobody listened is to be read now."""
+        self.told = None
         connection = self._connection
         if connection is None or connection.closed or connection.broken:
             self.close()
@@ -246,7 +261,10 @@ class LedgerListener:
             return True
         for channel in {notice.channel for notice in heard} & set(self.others):
             self.others[channel]()
-        return any(notice.channel == LEDGER_CHANNEL for notice in heard)
+        ledger = [notice.payload for notice in heard if notice.channel == LEDGER_CHANNEL]
+        if ledger and all(payload.isdigit() for payload in ledger):
+            self.told = max(int(payload) for payload in ledger)
+        return bool(ledger)
 
     def close(self) -> None:
         if self._connection is not None:

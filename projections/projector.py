@@ -13,6 +13,12 @@ retries.
 Events other replicas write are followed in a background thread (:meth:`Projector.start`): on
 PostgreSQL as soon as ``NOTIFY flexai_ledger`` tells of them (:meth:`Projector.follow_by`), with
 a slow poll as a safety net; on SQLite by polling.
+
+What the views are known to hold costs nothing to ask again: a :meth:`Projector.wait` for a
+position this process has applied or heard of already returns at once, and a notification of
+a position the views hold already (this server's own writes, which the writing request applied)
+wakes no catch-up. A catch-up that found less than a batch stops there rather than read the
+ledger once more to find it empty.
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ by another replica sharing them (each event once per process, in ledger order)."
 
 class Notifications(Protocol):
     """Tells of commits to the ledger (see :class:`projections.db.LedgerListener`)."""
+
+    told: int | None
+    """The last ledger position the notifications taken by the last ``wait`` named; None when
+    one named none, or listening (re)started: then every commit is to be looked for."""
 
     def wait(self, timeout: float) -> bool: ...
     def close(self) -> None: ...
@@ -106,6 +116,9 @@ class Projector:
         """Called when the background follower found events (written by another replica)."""
         self._heard: int | None = None
         """The last ledger position whose event this process told its listeners of."""
+        self._known = 0
+        """A ledger position the views hold, and whose events (and all before) this process's
+        listeners were told of: a wait for it, or for one before it, is over at once."""
         with database.transaction(write=True) as cursor:
             self._rebuild_if_reshaped(cursor)
             create_tables(cursor)
@@ -155,6 +168,12 @@ class Projector:
         with self._lock:
             yield
 
+    @property
+    def heard(self) -> int:
+        """The last ledger position whose event this process told (or is telling) its
+        listeners of; 0 before the first catch-up."""
+        return self._heard or 0
+
     def position(self) -> int:
         with self.database.transaction() as cursor:
             return self._read_position(cursor, lock=False)
@@ -189,6 +208,8 @@ class Projector:
                     position = self._apply_batch(notifications[: found.index])
                     self._halt(found.poison)
                     raise ProjectionHalted(found.poison) from None
+                if len(notifications) < BATCH:
+                    return position  # the ledger's end when read: later commits call again
 
     def _apply_batch(self, notifications: Sequence[Any]) -> int:
         applied: dict[int, Any] = {}
@@ -218,7 +239,7 @@ class Projector:
         the same (its followers and waiting agents are its own)."""
         heard = self._heard
         if heard is None:  # the first catch-up: nobody here waits on the events before it
-            self._heard = position
+            self._heard = self._known = position
             return
         if position <= heard:
             return
@@ -244,6 +265,7 @@ class Projector:
         self._heard = position
         if events:
             self._tell(events)
+        self._known = max(self._known, position)
 
     def _notifications_between(self, after: int, last: int) -> list[Any]:
         """The ledger's notifications from ``after`` (excluded) to ``last`` (included)."""
@@ -283,8 +305,9 @@ class Projector:
                 log.exception("a views listener failed")
 
     def wait(self, position: int | None, timeout: float = 10.0) -> None:
-        """Read-your-writes: return once the views hold the event at ``position``."""
-        if position is None:
+        """Read-your-writes: return once the views hold the event at ``position`` (at once,
+        without a look at the database, when this process applied or heard of it already)."""
+        if position is None or (position <= self._known and self.halted is None):
             return
         deadline = time.monotonic() + timeout
         while self.catch_up() < position:
@@ -314,22 +337,28 @@ class Projector:
                     if self._stop.wait(interval):
                         return
                 else:
-                    self._await(notifications)
+                    woken = self._await(notifications)
                     if self._stop.is_set():
                         return
+                    told = notifications.told if woken else None
+                    if told is not None and told <= self._known:
+                        continue  # held already: this server's own writes, applied as made
                 self._follow_once()
         finally:
             if notifications is not None:
                 notifications.close()
 
-    def _await(self, notifications: Notifications) -> None:
-        """Until a notification, ``poll_s`` passed, or ``stop`` (in slices, so that stopping
-        never waits for a whole poll)."""
+    def _await(self, notifications: Notifications) -> bool:
+        """Until a notification (True), ``poll_s`` passed, or ``stop`` (in slices, so that
+        stopping never waits for a whole poll)."""
         deadline = time.monotonic() + self._poll_s
         while not self._stop.is_set():
             left = deadline - time.monotonic()
-            if left <= 0 or notifications.wait(min(left, STOP_SLICE_S)):
-                return
+            if left <= 0:
+                return False
+            if notifications.wait(min(left, STOP_SLICE_S)):
+                return True
+        return False
 
     def _follow_once(self) -> None:
         try:

@@ -43,11 +43,15 @@ def page_jobs_sql(
     if name_prefix:  # literal and case-sensitive on both stores: no LIKE wildcards to escape
         where.append("substr(name, 1, ?) = ?")
         params += [len(name_prefix), name_prefix]
-    if after is not None and owner is not None:
+    if after is not None and owner is not None and not statuses:
         # The owner in the row too: PostgreSQL then ranges over job_list_owner_newest even on
-        # fresh statistics, rather than over job_list_newest filtering on the owner.
-        where.append("(owner, created_at, id) < (?, ?, ?)")
-        params += [owner, *after]
+        # fresh statistics, rather than over job_list_newest filtering on the owner. The
+        # pair as well: PostgreSQL (before 18) starts a backward scan from the bound on
+        # created_at, which only a condition that leads with it gives (with the row alone it
+        # starts from the owner's newest job and reads every row down to the page: 140 ms
+        # half-way down a million jobs, 0.1 ms with the pair).
+        where.append("(owner, created_at, id) < (?, ?, ?) AND (created_at, id) < (?, ?)")
+        params += [owner, *after, *after]
     elif after is not None:
         where.append("(created_at, id) < (?, ?)")
         params += [*after]
@@ -117,6 +121,15 @@ class Queries:
     def job(self, job_id: str) -> dict[str, Any] | None:
         row = self._one("SELECT document FROM job_details WHERE id = ?", (job_id,))
         return json.loads(row["document"]) if row else None
+
+    def jobs(self, job_ids: Collection[str]) -> dict[str, dict[str, Any]]:
+        """The documents of these jobs (as :meth:`job` reads each), by id, in one read."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self._all(f"SELECT id, document FROM job_details WHERE id IN ({marks})", wanted)
+        return {str(row["id"]): json.loads(row["document"]) for row in rows}
 
     def deleted_jobs(self) -> list[dict[str, Any]]:
         """Every deleted job (``admin purge``), oldest deletion first, as inspect shows it."""

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from eventsourcing.application import Application
 
+from projections.bulk import BulkFold, ledger_events
 from projections.db import Cursor, Database, PostgresDatabase, SQLiteDatabase
 from projections.projector import Projector
 from projections.views import VIEW_TABLES
@@ -33,6 +34,8 @@ from projections.views import VIEW_TABLES
 log = logging.getLogger(__name__)
 SHADOW_SCHEMA = "flexai_rebuild"
 SHADOW_ALIAS = "rebuild"
+PROGRESS_EVERY = 1000
+"""Events folded between two updates of :attr:`RebuildProgress.position`."""
 
 
 class RebuildRunning(Exception):
@@ -119,6 +122,9 @@ class Rebuilder:
             shadow = Projector(self.app, shadow_db)
             if isinstance(shadow_db, PostgresDatabase):
                 self._fold_in_a_file_then_copy(shadow_db)
+            else:
+                assert isinstance(shadow_db, SQLiteDatabase)
+                self._fold_in_bulk(shadow_db, shadow.name)
             self._fold(shadow)
             attach()
             try:
@@ -136,27 +142,43 @@ class Rebuilder:
             self._drop_shadow()
 
     def _fold_in_a_file_then_copy(self, shadow_db: PostgresDatabase) -> None:
-        """PostgreSQL: fold the ledger into views in a local SQLite file first (each event's
-        statements then cost microseconds, not a round trip each), then bulk-load them into
-        the shadow schema with COPY and set its tracking to where the file got; the shadow
-        projector goes on from there. The same view code writes both (their tables' columns
-        are TEXT, BIGINT and DOUBLE in both dialects)."""
+        """PostgreSQL: fold the ledger into views in a local SQLite file first (see
+        :meth:`_fold_in_bulk`), then bulk-load them into the shadow schema with COPY and set
+        its tracking to where the file got; the shadow projector goes on from there. The same
+        view code writes both (their tables' columns are TEXT, BIGINT and DOUBLE in both
+        dialects)."""
         with tempfile.TemporaryDirectory(prefix="flexai-rebuild-") as scratch:
             local = SQLiteDatabase(str(Path(scratch) / "views.sqlite3"))
             try:
-                position = self._fold(Projector(self.app, local))
+                Projector(self.app, local, self.live.name)  # the tables
+                position = self._fold_in_bulk(local, self.live.name)
                 for table in VIEW_TABLES:
                     with local.transaction() as cursor:
                         columns = self._sqlite_columns(cursor, table)
-                        cursor.execute(f"SELECT {', '.join(columns)} FROM {table}")
-                        rows = [tuple(row[column] for column in columns)
-                                for row in cursor.fetchall()]  # fmt: skip
+                    rows = local._connection().execute(f"SELECT {', '.join(columns)} "
+                                                       f"FROM {table}")  # fmt: skip
                     shadow_db.copy_rows(table, columns, rows)
                 with shadow_db.transaction(write=True) as cursor:
                     cursor.execute("UPDATE projection_tracking SET position = ? WHERE name = ?",
                                    (position, self.live.name))  # fmt: skip
             finally:
                 local.close()
+
+    def _fold_in_bulk(self, views: SQLiteDatabase, name: str) -> int:
+        """Fold the ledger up to its head (when the rebuild began) into the empty views of a
+        SQLite file in one transaction: each job's document in memory, its rows written once
+        (:class:`projections.bulk.BulkFold`), rather than read and written back per event."""
+        with views.transaction(write=True) as cursor:
+            fold = BulkFold(cursor, views._connection())
+            for domain_event, position in ledger_events(self.app, 0, self.progress.head):
+                fold.apply(domain_event, position)
+                if position % PROGRESS_EVERY == 0:
+                    self.progress.position = position
+            fold.flush()
+            cursor.execute("UPDATE projection_tracking SET position = ? WHERE name = ?",
+                           (fold.position, name))  # fmt: skip
+        self.progress.position = fold.position
+        return fold.position
 
     @staticmethod
     def _sqlite_columns(cursor: Cursor, table: str) -> list[str]:

@@ -66,7 +66,7 @@ SCHEMA = [
     *DEBUG_SESSION_SCHEMA,
 ]
 VIEW_TABLES = ("job_list", "job_details", "checkpoints", "nodes", "job_nodes", "datasets",
-               "dataset_versions", "debug_sessions")
+               "dataset_versions", "debug_sessions")  # fmt: skip
 VIEWS_VERSION = 4
 """Raised whenever a view table changes shape: the views are then rebuilt from the ledger."""
 
@@ -78,6 +78,16 @@ def create_tables(cursor: Cursor) -> None:
 
 def _iso(moment: datetime) -> str:
     return moment.isoformat()
+
+
+VIEWED_NODE_EVENTS = ("Node.Registered", "Node.Updated")
+
+
+def is_viewed(topic: str) -> bool:
+    """Whether :func:`apply_event` changes the views for an event stored under ``topic`` (a
+    bulk fold decodes no other: a name's claims, a node's allocations)."""
+    qualname = topic.rpartition(":")[2]
+    return qualname.startswith(("TrainingJob.", "Dataset.")) or qualname in VIEWED_NODE_EVENTS
 
 
 def apply_event(cursor: Cursor, domain_event: Any, position: int) -> None:
@@ -114,23 +124,38 @@ def _apply_node_event(cursor: Cursor, domain_event: Any) -> None:
 
 
 def _apply_job_event(cursor: Cursor, domain_event: Any, position: int) -> None:
-    name = event_name(domain_event)
-    job_id = str(domain_event.originator_id)
-    at = _iso(domain_event.timestamp)
-    if name == "Submitted":
-        document = _new_document(job_id, domain_event, at)
-    else:
-        cursor.execute("SELECT document FROM job_details WHERE id = ?", (job_id,))
+    document = None
+    if event_name(domain_event) != "Submitted":
+        cursor.execute("SELECT document FROM job_details WHERE id = ?",
+                       (str(domain_event.originator_id),))  # fmt: skip
         row = cursor.fetchone()
         if row is None:
             return
         document = json.loads(row["document"])
+    document = fold_job_event(cursor, document, domain_event, position)
+    if document is not None:
+        _write(cursor, document, position)
+
+
+def fold_job_event(
+    cursor: Cursor, document: dict[str, Any] | None, domain_event: Any, position: int
+) -> dict[str, Any] | None:
+    """The job's document with one more of its events folded in (None before its
+    ``Submitted``); the event's checkpoint or debug session rows are written by ``cursor``.
+    The job's own rows are the caller's to write (:func:`job_rows`): once per event here,
+    once per job in a bulk fold (:mod:`projections.bulk`)."""
+    name = event_name(domain_event)
+    at = _iso(domain_event.timestamp)
+    if name == "Submitted":
+        document = _new_document(str(domain_event.originator_id), domain_event, at)
+    elif document is None:
+        return None
     _fold(document, name, domain_event, at)
     if name == "CheckpointRecorded":
         _insert_checkpoint(cursor, document, domain_event.checkpoint, at, position)
     elif name in DEBUG_SESSION_EVENTS:
         apply_debug_session_event(cursor, name, domain_event, position)
-    _write(cursor, document, position)
+    return document
 
 
 def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
@@ -314,36 +339,44 @@ def _public_facts(name: str, facts: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
-def _write_nodes(cursor: Cursor, document: dict[str, Any]) -> None:
-    """The job's placements, for the node-side queries (assignments, load, node loss)."""
-    cursor.execute("DELETE FROM job_nodes WHERE job_id = ?", (document["id"],))
-    for node in document.get("placements", []):
-        cursor.execute(
-            "INSERT INTO job_nodes (job_id, node_index, node_id, node_name, status, accels, "
-            "allocated, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (document["id"], node["index"], node["node_id"], node["node"], document["status"],
-             document["accels"], json.dumps(node["accelerators"]), document["created_at"]),
-        )  # fmt: skip
+JOB_LIST_COLUMNS = (
+    "id", "owner", "name", "status", "accels", "nodes", "node", "node_id", "created_at",
+    "started_at", "ended_at", "updated_at", "deleted_at", "position",
+)  # fmt: skip
+JOB_DETAILS_COLUMNS = ("id", "document")
+JOB_NODES_COLUMNS = ("job_id", "node_index", "node_id", "node_name", "status", "accels",
+                     "allocated", "created_at")  # fmt: skip
+
+
+def job_rows(
+    document: dict[str, Any], position: int
+) -> tuple[tuple[Any, ...], tuple[str, str], list[tuple[Any, ...]]]:
+    """A job's rows in ``job_list``, ``job_details`` and ``job_nodes`` (its placements, for
+    the node-side queries: assignments, load, node loss), in their tables' column order."""
+    listed = (*(document[column] for column in JOB_LIST_COLUMNS[:-1]), position)
+    nodes = [(document["id"], node["index"], node["node_id"], node["node"], document["status"],
+              document["accels"], json.dumps(node["accelerators"]), document["created_at"])
+             for node in document.get("placements", [])]  # fmt: skip
+    return listed, (document["id"], json.dumps(document)), nodes
 
 
 def _write(cursor: Cursor, document: dict[str, Any], position: int) -> None:
-    _write_nodes(cursor, document)
+    listed, details, nodes = job_rows(document, position)
+    cursor.execute("DELETE FROM job_nodes WHERE job_id = ?", (document["id"],))
+    for node in nodes:
+        cursor.execute(f"INSERT INTO job_nodes ({', '.join(JOB_NODES_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' * len(JOB_NODES_COLUMNS))})", node)  # fmt: skip
     cursor.execute(
         "INSERT INTO job_details (id, document) VALUES (?, ?) "
         "ON CONFLICT (id) DO UPDATE SET document = excluded.document",
-        (document["id"], json.dumps(document)),
+        details,
     )
-    columns = (
-        "id", "owner", "name", "status", "accels", "nodes", "node", "node_id", "created_at",
-        "started_at", "ended_at", "updated_at", "deleted_at",
-    )  # fmt: skip
-    values = [document[column] for column in columns] + [position]
-    updates = ", ".join(f"{column} = excluded.{column}" for column in columns[1:])
+    updates = ", ".join(f"{column} = excluded.{column}" for column in JOB_LIST_COLUMNS[1:])
     cursor.execute(
-        f"INSERT INTO job_list ({', '.join(columns)}, position) "
-        f"VALUES ({', '.join('?' * (len(columns) + 1))}) "
-        f"ON CONFLICT (id) DO UPDATE SET {updates}, position = excluded.position",
-        values,
+        f"INSERT INTO job_list ({', '.join(JOB_LIST_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(JOB_LIST_COLUMNS))}) "
+        f"ON CONFLICT (id) DO UPDATE SET {updates}",
+        listed,
     )
 
 

@@ -42,10 +42,10 @@ from api.console.present import (
 from api.console.render import page, problem_page, query, redirect, secured
 from api.services import Services
 from domain.actors import user
-from domain.application import JobNotFound
 from domain.errors import DomainError
 from domain.events import event_name
 from domain.history import VersionOutOfRange
+from domain.outcomes import JobNotFound
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
 

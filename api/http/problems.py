@@ -15,7 +15,6 @@ from api.artifacts.archives import ArchiveTooLarge, InvalidArchive
 from api.artifacts.store import LogOffsetMismatch, StorageUnavailable, UploadIncomplete
 from api.identity.identities import IdentityError
 from api.scheduling.nodes import NodeTaken
-from domain.application import JobNotFound
 from domain.errors import (
     DomainError,
     IllegalTransition,
@@ -24,6 +23,7 @@ from domain.errors import (
     JobNotTerminal,
     NameTaken,
 )
+from domain.outcomes import JobNotFound
 from domain.reports import WrongNode
 from projections.db import is_unavailable
 from projections.projector import ProjectionHalted, ProjectionTimeout

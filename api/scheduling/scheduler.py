@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -42,6 +43,10 @@ DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
 LEADER_RETRY_S = RETRY_S
 """How often a server that does not schedule tries to take the scheduler lock."""
+SAVES_AT_ONCE = 8
+"""How many of a round's commands are saved side by side."""
+
+Command = tuple[Callable[..., object], tuple[object, ...]]
 
 
 class Scheduler:
@@ -54,6 +59,7 @@ class Scheduler:
         self._deadlines_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
 
     def run_once(self) -> None:
         services = self.services
@@ -84,6 +90,7 @@ class Scheduler:
         waits: dict[str, dict[str, Any]] = {}
         waiting = services.queries.jobs_in([Status.SCHEDULING])
         seen: dict[str, str] | None = None  # when each node was last heard of, read once
+        saves: list[Command] = []
         for row in waiting:
             waited = datetime.now(UTC) - datetime.fromisoformat(row["updated_at"])
             decision = choose_node(
@@ -92,43 +99,58 @@ class Scheduler:
             )  # fmt: skip
             job_id = UUID(row["id"])
             if isinstance(decision, Assign):
-                self._assign(services.jobs.assign, job_id, row, decision, capacity)
+                saves.append(self._assign(services.jobs.assign, job_id, row, decision, capacity))
             elif isinstance(decision, Reject):
-                self._try(services.jobs.reject, job_id, decision.code, decision.message)
+                saves.append((services.jobs.reject, (job_id, decision.code, decision.message)))
             else:
                 seen = services.state.last_seen() if seen is None else seen
                 waits[row["id"]] = _scheduling_wait(row, decision, seen)
+        self._save_side_by_side(saves)
         return waits
 
     def _take_pending(self, capacity: dict[str, NodeCapacity], fast: bool) -> None:
         """New jobs start scheduling; while no older job waits, one with room on nodes now is
         placed in the same save (a burst of submissions is not two rounds each)."""
         services = self.services
+        saves: list[Command] = []
         for row in services.queries.jobs_in([Status.PENDING]):
             job_id = UUID(row["id"])
             decision = None
             if fast:
                 decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
                                        0.0, services.settings.scheduling_patience_s)  # fmt: skip
-            if isinstance(decision, Assign) and self._assign(
-                services.jobs.schedule_onto, job_id, row, decision, capacity
-            ):
+            if isinstance(decision, Assign):
+                saves.append(self._assign(services.jobs.schedule_onto, job_id, row, decision,
+                                          capacity))  # fmt: skip
                 continue
             fast = False  # it waits: those after it wait behind it
-            self._try(services.jobs.begin_scheduling, job_id)
+            saves.append((services.jobs.begin_scheduling, (job_id,)))
+        self._save_side_by_side(saves)
 
     def _assign(
         self, command: Callable[..., object], job_id: UUID, row: dict[str, Any],
         decision: Assign, capacity: dict[str, NodeCapacity],
-    ) -> bool:  # fmt: skip
-        """Place the job on the decision's nodes; count what it asks for there."""
+    ) -> Command:  # fmt: skip
+        """The command that places the job on the decision's nodes, whose room it takes at
+        once (should the command fail, the job having moved on meanwhile, that room is
+        counted again in the next round)."""
         nodes = [{"node_id": node.node_id, "node_name": node.name, "address": node.address}
                  for node in decision.nodes]  # fmt: skip
-        if not self._try(command, job_id, decision.node_id, decision.node_name, nodes):
-            return False
         for node in decision.nodes:
             capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
-        return True
+        return command, (job_id, decision.node_id, decision.node_name, nodes)
+
+    def _save_side_by_side(self, saves: Sequence[Command]) -> None:
+        """Run these commands, each on a job of its own, side by side: saves that come
+        together commit together (the ledger's group commit), so a round that places many
+        jobs waits for a few commits, not one per job. A command that meets another's change
+        of the same aggregate is retried by the application, as any command is."""
+        if len(saves) <= 1:
+            for command, args in saves:
+                self._try(command, *args)
+            return
+        for _ in self._savers.map(lambda save: self._try(save[0], *save[1]), saves):
+            pass  # each done (an error other than a refusal fails the round, as it did)
 
     def _capacity(self) -> dict[str, NodeCapacity]:
         services = self.services
@@ -154,6 +176,7 @@ class Scheduler:
             document = services.queries.job(row["id"])
             if document is None:
                 continue
+            row = {**row, "created_at": document["created_at"]}  # its place in the lines
             nodes = []
             for placement in document.get("placements", []):
                 node_id = placement["node_id"]
@@ -296,6 +319,7 @@ class Scheduler:
         self.services.scheduler_wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self._savers.shutdown(wait=False, cancel_futures=True)
 
 
 def _scheduling_wait(row: dict[str, Any], decision: Wait, seen: dict[str, str]) -> dict[str, Any]:

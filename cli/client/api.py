@@ -43,6 +43,12 @@ class ApiClient(HttpSession):
         """``POST /v1/jobs``: submit a JobCreate, get the JobPublic."""
         return self._json("POST", "/v1/jobs", json=job)
 
+    def create_jobs(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        """``POST /v1/jobs`` with a list of JobCreate (at most 1,000): ``{"results": [...],
+        "created": n, "failed": m}``, a result per job in order: ``{"status": 201, "job":
+        JobPublic}``, or its status and ``problem`` (that job alone was refused)."""
+        return self._json("POST", "/v1/jobs", json=jobs)
+
     def list_jobs(
         self,
         *,

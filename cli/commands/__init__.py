@@ -3,8 +3,8 @@
 Each module's docstring is its help text (first line: the summary in the command list) and it
 defines ``configure(parser)`` and ``execute(args) -> int``. Modules import only the standard
 library at the top; the HTTP client is imported inside ``execute`` so that ``--help`` is instant.
-Imports: cli.client, cli.errors, cli.output, cli.sshproxy, cli.timetravel, common (inside
-``execute``, but for the standard library)."""
+Imports: cli.client, cli.errors, cli.output, cli.sshproxy, cli.sweeps, cli.timetravel, common
+(inside ``execute``, but for the standard library)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,14 @@ FLEXAI_OUTPUT_CHECKPOINT_DIR (each file or directory written there becomes a che
 FLEXAI_INPUT_CHECKPOINT_DIR (the --checkpoint) and FLEXAI_INPUT_DIR (the --dataset's) are set,
 with the --env and --secret variables and CUDA_VISIBLE_DEVICES.
 
-Example:
+With --sweep KEY=V1,V2,... (repeatable) it starts one job per combination of the values,
+named NAME-1, NAME-2, ... (the first --sweep varying slowest), each with its values in its
+environment as --env sets them; it prints each job's name, and fails (exit status 1) if any
+job was not started, saying why.
+
+Examples:
   flexai training run my-job -u https://github.com/org/repo -a 2 -E LR=0.1 -- train.py --epochs 3
+  flexai training run grid -u ./repo --sweep LR=0.1,0.01 --sweep BS=16,32 -- train.py  # 4 jobs
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 from cli.commands import add_json_flag
 from cli.errors import CliError, UsageError
+from cli.sweeps import MAX_JOBS, in_requests, sweep_assignment, sweep_jobs, swept_values
 
 USAGE = "flexai training run NAME -u REPOSITORY_URL [options] -- ENTRY_POINT [ARGS ...]"
 NAME_RULE = (
@@ -229,6 +236,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="between SIGTERM and SIGKILL when the job is stopped or ended "
         "(default: the agent's --stop-grace)",
     )
+    parser.add_argument(
+        "--sweep",
+        type=sweep_assignment,
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2,...",
+        help="start one job per value, NAME-1, NAME-2, ..., each with KEY set to its value as "
+        "--env sets it; repeated, one job per combination of the values (at most "
+        f"{MAX_JOBS:,}); a value cannot hold ','",
+    )
     add_json_flag(parser)
 
 
@@ -279,6 +296,8 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
 
 def execute(args: argparse.Namespace) -> int:
     job = build_job(args)
+    if getattr(args, "sweep", None):
+        return _run_sweep(job, args.sweep, as_json=args.json)
 
     from cli.client.api import ApiClient
     from cli.output.formats import render_json
@@ -294,3 +313,41 @@ def execute(args: argparse.Namespace) -> int:
     out.write(f"Follow its logs:  flexai training logs {name} --follow\n")
     out.write(f"Inspect it:       flexai training inspect {name}\n")
     return 0
+
+
+def _run_sweep(job: dict[str, Any], sweep: list[tuple[str, list[str]]], as_json: bool) -> int:
+    """Every job of the sweep, in as few requests as the server takes; each job's name, or
+    why it was not started."""
+    from cli.client.api import ApiClient
+    from cli.output.formats import render_json
+
+    jobs = sweep_jobs(job, sweep)
+    results: list[dict[str, Any]] = []
+    with ApiClient.from_config() as client:
+        for chunk in in_requests(jobs):
+            try:
+                results += client.create_jobs(chunk)["results"]
+            except CliError as refused:  # the whole list: its jobs, and those not sent yet
+                if not results:
+                    raise
+                results += [{"problem": {"detail": refused.message}}] * (len(jobs) - len(results))
+                break
+    failed = [(sent, result) for sent, result in zip(jobs, results, strict=True)
+              if not result.get("job")]  # fmt: skip
+    if as_json:
+        print(render_json({"results": results, "created": len(jobs) - len(failed),
+                           "failed": len(failed)}))  # fmt: skip
+        return 1 if failed else 0
+    out = sys.stdout
+    started = [sent for sent, result in zip(jobs, results, strict=True) if result.get("job")]
+    out.write(f"Sweep {job['name']}: {len(started)} of {len(jobs)} jobs started.\n")
+    for sent in started:
+        out.write(f"  {sent['name']}  {swept_values(sent, sweep)}\n")
+    if started:
+        out.write(f"Follow one's logs:  flexai training logs {started[0]['name']} --follow\n")
+        out.write(f"List them:          flexai training list --name-prefix {job['name']}-\n")
+    for sent, result in failed:
+        detail = (result.get("problem") or {}).get("detail", "refused")
+        sys.stderr.write(f"error: {sent['name']} ({swept_values(sent, sweep)}) was not "
+                         f"started: {detail}\n")  # fmt: skip
+    return 1 if failed else 0

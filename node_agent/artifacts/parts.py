@@ -3,7 +3,8 @@ written, with the SHA-256 and size of the whole computed on the way.
 
 Nothing is copied but where a part ends inside a write: a part is the list of the writes that
 make it. The SHA-256 runs in a thread of its own (hashlib lets go of the GIL), beside the
-zipping, whose reads and CRC-32 then set the pace.
+zipping, whose reads and CRC-32 then set the pace; it is handed each MiB-sized write as it is
+(batches of a MiB: the zip's small headers ride with the next write), never joined into a copy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Callable
 
 from common.behind import Behind
 
+HASH_BATCH = 2**20
+HASH_AHEAD = 16
 Deliver = Callable[[int, list[bytes]], None]
 """Takes part ``number`` (from 1): its bytes, as the writes that make them."""
 
@@ -26,7 +29,7 @@ class PartCutter:
         self.size = 0
         self.count = 0
         self._sha = hashlib.sha256()
-        self._digest = Behind(self._sha)
+        self._digest = Behind(self._sha, batch=HASH_BATCH, ahead=HASH_AHEAD)
         self._pieces: list[bytes] = []
         self._held = 0
 

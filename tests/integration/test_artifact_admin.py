@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from api.artifacts.store import checkpoint_key, dataset_key, output_key
-from domain.application import checkpoint_id
+from domain.ids import checkpoint_id
 from tests.integration.artifact_api import (
     CHECKPOINT,
     OUTPUT,

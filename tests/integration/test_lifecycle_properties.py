@@ -36,8 +36,9 @@ from hypothesis.stateful import (
 
 from api.settings import Settings
 from domain.actors import user
-from domain.application import Outcome, TrainingJobs, checkpoint_id
+from domain.application import Outcome, TrainingJobs
 from domain.errors import DomainError, IllegalTransition, JobDeleted, JobNotTerminal, NameTaken
+from domain.ids import checkpoint_id
 from domain.job import TrainingJob
 from domain.lifecycle import EVENT_STATUS
 from domain.reports import WrongNode

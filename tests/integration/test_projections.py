@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from domain.actors import user
-from domain.application import TrainingJobs, checkpoint_id
+from domain.application import TrainingJobs
+from domain.ids import checkpoint_id
 from projections.db import Database, open_database
 from projections.projector import BATCH, Projector
 from projections.queries import Queries

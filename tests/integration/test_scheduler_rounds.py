@@ -143,3 +143,39 @@ def test_jobs_that_wait_for_nodes_say_why_and_their_place_among_those_not_placed
     rounds.services.jobs.request_stop(first, by=user("alice"))
     rounds.run()
     assert rounds.services.queries.place_in_scheduling(str(second)) == (1, 1)
+
+
+def test_jobs_enqueued_behind_one_another_on_a_node_say_how_many_are_ahead(
+    rounds: Round,
+) -> None:
+    holder = rounds.submit("holds-the-node", accels=2)
+    rounds.run()
+    rounds.report(holder, "built", commit="c0ffee")
+    first, second = rounds.submit("first-in-line", accels=1), rounds.submit("next", accels=1)
+    rounds.run()
+    for job_id in (first, second):
+        rounds.report(job_id, "built", commit="c0ffee")
+    rounds.run()
+    assert [rounds.status(job) for job in (holder, first, second)] == [
+        "in progress", "enqueued", "enqueued"
+    ]  # fmt: skip
+    waiting = rounds.services.waits.detail(str(second))
+    assert waiting is not None
+    assert waiting["place"] == 2
+    assert waiting["reason"] == (
+        "waits for 1 accelerator: gpu-1 has 0 of 2 free (held by holds-the-node), "
+        "1 job(s) ahead in line"
+    )
+
+
+def test_one_round_places_as_many_jobs_as_the_node_has_room_for_each_once(rounds: Round) -> None:
+    jobs = [rounds.submit(f"burst-{n}", accels=1) for n in range(5)]
+    rounds.run()  # their saves go side by side: the room is counted as they are decided
+    assert [rounds.status(job) for job in jobs] == ["building"] * 2 + ["scheduling"] * 3
+    for job in jobs:
+        names = [entry["event"] for entry in rounds.document(job)["history"]]
+        assert names.count("NodeAssigned") == (1 if job in jobs[:2] else 0)
+    rounds.run()  # no room came free: they wait, and say why
+    assert [rounds.status(job) for job in jobs] == ["building"] * 2 + ["scheduling"] * 3
+    waiting = rounds.services.waits.detail(str(jobs[-1]))
+    assert waiting is not None and [node["node"] for node in waiting["nodes"]] == ["gpu-1"]

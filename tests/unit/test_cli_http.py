@@ -481,7 +481,9 @@ def test_a_download_cut_short_again_and_again_leaves_no_half_file(
     plane.routes[("GET", "/v1/jobs/my-job/outputs/1")] = cut
     code = main(["training", "fetch", "my-job", "--node-index", "1", "--output-dir", str(tmp_path)])
     assert code == 1
-    assert one_error_line(capsys.readouterr().err).startswith("the connection to the control")
+    error = one_error_line(capsys.readouterr().err)
+    assert error.startswith("the answer for output_1.zip of job 'my-job' ended early")
+    assert "run `flexai training fetch` again" in error
     assert list(tmp_path.iterdir()) == []
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,20 @@ def test_a_cut_download_resumes_with_range_from_the_byte_reached(
     assert leftovers(tmp_path) == ["output_0.zip"]
 
 
+def test_the_control_plane_request_carries_what_the_clients_hooks_add(
+    plane: ArtifactPlane, tmp_path: Path
+) -> None:
+    def as_owner(request: httpx.Request) -> None:
+        request.url = request.url.copy_merge_params({"owner": "ada"})
+
+    with httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {plane.token}"},
+                      event_hooks={"request": [as_owner]}) as api:  # fmt: skip
+        fetch(api, PATH, tmp_path / "output_0.zip")
+
+    assert plane.requests == [("GET", f"{PATH}?owner=ada", f"Bearer {plane.token}")]
+    assert (tmp_path / "output_0.zip").read_bytes() == DATA
+
+
 def test_a_partial_file_of_an_earlier_fetch_is_resumed_not_fetched_again(
     plane: ArtifactPlane, api: httpx.Client, tmp_path: Path
 ) -> None:
@@ -109,6 +124,16 @@ def test_a_store_that_stays_away_is_told_quickly_with_its_reason(
 
     assert time.monotonic() - started < 3
     assert not (tmp_path / "output_0.zip").exists()
+
+
+def test_a_control_plane_that_cannot_be_reached_is_told_as_such(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with (httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=2) as api,
+          pytest.raises(Unavailable, match="cannot reach the control plane")):  # fmt: skip
+        fetch(api, PATH, tmp_path / "output_0.zip", patience=0.5)
+    assert leftovers(tmp_path) == []
 
 
 def test_an_artifact_without_a_recorded_hash_is_checked_for_its_size_alone(

@@ -13,9 +13,9 @@ from api.http.deps import CurrentCaller, CurrentUser, JobOwner, ServicesDep
 from api.http.downloads import ANSWERS, OutputIndex, output_answer
 from api.http.problems import Problem
 from api.http.schemas import AuditEvent, AuditHistory, AuditJob, AuditJobs
-from domain.application import JobNotFound
 from domain.events import event_facts, event_name
 from domain.history import BeforeJobCreated, PastJob, VersionOutOfRange
+from domain.outcomes import JobNotFound
 from domain.values import BIGINT_MAX
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])

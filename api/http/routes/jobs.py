@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
@@ -22,7 +22,9 @@ from api.http.deps import (
     tell_position,
 )
 from api.http.downloads import ANSWERS, OutputIndex, output_answer
+from api.http.job_specs import JobSpecs
 from api.http.problems import Problem, too_many_followers
+from api.http.routes.submissions import submit_jobs
 from api.http.schemas import (
     CheckpointPublic,
     CheckpointsPublic,
@@ -33,10 +35,11 @@ from api.http.schemas import (
     JobSummary,
 )
 from api.http.streaming import FollowingResponse
+from api.http.submission_schemas import JobSubmissions, SubmissionResults
 from api.services import Services
 from domain.actors import user
 from domain.statuses import TERMINAL, Status
-from domain.values import BIGINT_MAX, MAX_NODES, InvalidValue, check_repository_url
+from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 LOG_READ_BYTES = 256 * 1024
@@ -44,6 +47,9 @@ TEXT = "text/plain; charset=utf-8"
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
 FOLLOW_RECHECK_S = 1.0
 """A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
+LIST_ANSWER: dict[int | str, dict[str, Any]] = {
+    207: {"model": SubmissionResults, "description": "A list of jobs: each one's result"}
+}
 
 
 def duration_seconds(row: dict[str, Any]) -> float | None:
@@ -71,43 +77,29 @@ def find_job(services: Services, owner: str, name: str, me: str | None = None) -
     return document
 
 
-@router.post("", status_code=201, dependencies=[Depends(LedgerWritable)])
+@router.post("", status_code=201, dependencies=[Depends(LedgerWritable)],
+             response_model=JobPublic, responses=LIST_ANSWER)  # fmt: skip
 def submit_job(
-    body: JobCreate, services: ServicesDep, owner: CurrentUser, response: Response
-) -> JobPublic:
-    """Start a new training job."""
-    spec = body.model_dump(exclude={"name"})
-    _check_repository_url(body.repository_url, services.settings.allowed_repo_schemes)
-    # Names only: each value is fetched by the job's agent when the job builds (``secrets``).
-    spec["input_checkpoint_id"] = None
-    if body.checkpoint:
-        found = services.queries.checkpoint(owner, body.checkpoint)
-        if found is None:
-            raise Problem(
-                404, "checkpoint-not-found", "Checkpoint not found",
-                f"no checkpoint with id or name '{body.checkpoint}'; "
-                "`flexai training checkpoints <job>` lists them",
-            )  # fmt: skip
-        spec["input_checkpoint_id"] = found["id"]
-    if spec.get("time_limit_s") is None:
-        spec["time_limit_s"] = services.settings.default_time_limit_s
-    if body.datasets:  # each pinned to its version now; a name not pushed fails the build
-        spec["dataset_hashes"] = services.queries.dataset_hashes(owner, body.datasets)
-    outcome = services.jobs.submit(owner, body.name, spec, by=user(owner))
+    body: JobSubmissions, services: ServicesDep, owner: CurrentUser, response: Response
+) -> JobPublic | JSONResponse:
+    """Start a new training job; or, given a list, many (each answered alone: 207)."""
+    if isinstance(body, list):
+        return submit_jobs(body, services, owner, job_public)
+    return submit_one(body, services, owner, response)
+
+
+def submit_one(body: JobCreate, services: Services, owner: str, response: Response) -> JobPublic:
+    """One job: checked, recorded (its scheduling started in the same save where this
+    server's scheduler runs, as it would start it at once), answered with its position."""
+    spec = JobSpecs(services, owner).spec(body)
+    outcome = services.jobs.submit(owner, body.name, spec, by=user(owner),
+                                   schedule=services.scheduler_leader.is_set())  # fmt: skip
     services.projector.wait(outcome.position)
     tell_position(response, outcome.position)
     services.scheduler_wakeup.set()
     document = services.queries.job(str(outcome.job_id))
     assert document is not None
     return job_public(document)
-
-
-def _check_repository_url(url: str, allowed: frozenset[str]) -> None:
-    try:
-        check_repository_url(url, allowed=allowed)
-    except InvalidValue as error:
-        raise Problem(422, "invalid-request", "Repository URL refused", str(error),
-                      field="repository_url") from None  # fmt: skip
 
 
 def parse_statuses(values: list[str]) -> set[Status]:

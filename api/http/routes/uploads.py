@@ -38,8 +38,8 @@ from api.http.upload_schemas import (
     UploadStarted,
 )
 from api.services import Services
-from domain.application import checkpoint_id as derive_checkpoint_id
 from domain.errors import DomainError, JobDeleted
+from domain.ids import checkpoint_id as derive_checkpoint_id
 from domain.lifecycle import ROWS
 from domain.statuses import Status
 from domain.values import InvalidValue, check_checkpoint_name

@@ -1,0 +1,114 @@
+"""Views folded in bulk: each job's document kept in memory while many events fold, and each
+job's rows written once at the end, where the live projector reads and writes a job's rows back
+for every event (:func:`projections.views.apply_event`).
+
+A rebuild (:mod:`projections.rebuild`) folds the whole ledger so, into a SQLite file: the
+shadow views themselves, or on PostgreSQL a scratch file that is then loaded with ``COPY``. The
+same code folds every event (:func:`projections.views.fold_job_event`), so the rows are those the
+live projector writes. Events other than a job's (nodes, datasets) are few, and are applied by
+the per-event code into the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+from eventsourcing.application import Application
+
+from projections.db import Cursor
+from projections.views import (
+    JOB_DETAILS_COLUMNS,
+    JOB_LIST_COLUMNS,
+    JOB_NODES_COLUMNS,
+    apply_event,
+    fold_job_event,
+    is_viewed,
+    job_rows,
+)
+
+PAGE = 5000
+"""Ledger events read at once."""
+MAX_DOCUMENTS = 200_000
+"""Jobs held in memory at once (a few KiB each); past it their rows are written and the
+documents let go: a later event of one of them reads its document back."""
+
+
+class BulkFold:
+    """Folds events into the views of one SQLite file, inside the caller's transaction on
+    ``connection`` (``cursor`` is that transaction's)."""
+
+    def __init__(self, cursor: Cursor, connection: sqlite3.Connection) -> None:
+        self.cursor = cursor
+        self.connection = connection
+        self.position = 0
+        self._documents: dict[str, dict[str, Any]] = {}
+        self._positions: dict[str, int] = {}
+        self._written: set[str] = set()
+        """Jobs whose rows a flush wrote, read back since: their rows are replaced."""
+
+    def apply(self, domain_event: Any | None, position: int) -> None:
+        """Fold one event (None: one the views pass over)."""
+        if domain_event is None:
+            pass
+        elif type(domain_event).__qualname__.startswith("TrainingJob."):
+            job_id = str(domain_event.originator_id)
+            document = self._documents.get(job_id)
+            if document is None and type(domain_event).__name__ != "Submitted":
+                document = self._read_back(job_id)
+            document = fold_job_event(self.cursor, document, domain_event, position)
+            if document is not None:
+                self._documents[job_id] = document
+                self._positions[job_id] = position
+                if len(self._documents) > MAX_DOCUMENTS:
+                    self.flush()
+        else:
+            apply_event(self.cursor, domain_event, position)
+        self.position = position
+
+    def _read_back(self, job_id: str) -> dict[str, Any] | None:
+        self.cursor.execute("SELECT document FROM job_details WHERE id = ?", (job_id,))
+        row = self.cursor.fetchone()
+        if row is None:
+            return None
+        self._written.add(job_id)
+        document: dict[str, Any] = json.loads(row["document"])
+        return document
+
+    def flush(self) -> None:
+        """Write the rows of every job held, once each, and let the documents go."""
+        again = [(job_id,) for job_id in self._written if job_id in self._documents]
+        for table, key in (("job_list", "id"), ("job_details", "id"), ("job_nodes", "job_id")):
+            self.connection.executemany(f"DELETE FROM {table} WHERE {key} = ?", again)
+        listed, details, nodes = [], [], []
+        for job_id, document in self._documents.items():
+            row, detail, placed = job_rows(document, self._positions[job_id])
+            listed.append(row)
+            details.append(detail)
+            nodes += placed
+        for table, columns, rows in (("job_list", JOB_LIST_COLUMNS, listed),
+                                     ("job_details", JOB_DETAILS_COLUMNS, details),
+                                     ("job_nodes", JOB_NODES_COLUMNS, nodes)):  # fmt: skip
+            self.connection.executemany(f"INSERT INTO {table} ({', '.join(columns)}) "
+                                        f"VALUES ({', '.join('?' * len(columns))})",
+                                        rows)  # fmt: skip
+        self._documents.clear()
+        self._positions.clear()
+        self._written.clear()
+
+
+def ledger_events(app: Application[Any], after: int, head: int) -> Iterator[tuple[Any | None, int]]:
+    """The ledger's domain events after position ``after`` up to ``head``, with positions;
+    None for those the views pass over (not decoded: see :func:`projections.views.is_viewed`)."""
+    while after < head:
+        page = app.recorder.select_notifications(start=after + 1, limit=PAGE, stop=head)
+        if not page:
+            return
+        for notification in page:
+            if is_viewed(notification.topic):
+                yield app.mapper.to_domain_event(notification), notification.id
+            else:
+                yield None, notification.id
+        after = page[-1].id
