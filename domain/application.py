@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import random
-import time
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from datetime import datetime
@@ -68,17 +67,19 @@ class TrainingJobs(Application[UUID]):
 
     # -- helpers --------------------------------------------------------------------------
 
+    _retry_lock = threading.Lock()
+
     def _retrying(self, command: Callable[[], T]) -> T:
-        """Re-run a load-command-save on optimistic-concurrency conflicts: at once at first,
-        then after a random pause that doubles up to 50 ms, so that commands racing on one hot
-        aggregate (a node that many jobs' reports touch) take turns rather than collide again."""
-        for attempt in range(CONFLICT_RETRIES - 1):
-            try:
-                return command()
-            except RecordConflictError:
-                if attempt >= 2:
-                    time.sleep(random.uniform(0, min(0.05, 0.002 * 2**attempt)))
-        return command()
+        """Re-run a load-command-save on optimistic-concurrency conflicts, then holding the
+        process's retry lock: commands racing on a hot aggregate (a node that many jobs'
+        reports touch) take turns rather than collide again and again."""
+        with suppress(RecordConflictError):
+            return command()
+        with self._retry_lock:
+            for _ in range(CONFLICT_RETRIES - 2):
+                with suppress(RecordConflictError):
+                    return command()
+            return command()
 
     def _save(self, job_id: UUID, *aggregates: Any) -> Outcome:
         recordings = self.save(*aggregates)
