@@ -65,6 +65,10 @@ class _Cursor:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._cursor.execute(sql.replace("?", self._placeholder), tuple(params))
 
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]]) -> None:
+        """One statement for many rows (psycopg pipelines them: one round trip, not one each)."""
+        self._cursor.executemany(sql.replace("?", self._placeholder), [tuple(p) for p in params])
+
     def fetchone(self) -> Row | None:
         row = self._cursor.fetchone()
         return dict(row) if row is not None else None

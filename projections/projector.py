@@ -1,7 +1,8 @@
 """Keeps the views up to date with the ledger, applying each event exactly once.
 
-The view changes and the new tracking position commit in one transaction; a replica that
-races another re-reads the position under the row lock and skips what is already applied.
+Each batch read from the ledger is folded together (:mod:`projections.live_fold`: each job's
+rows written once) and commits with the new tracking position in one transaction; a replica
+that races another re-reads the position under the row lock and skips what is already applied.
 
 An event that cannot be applied (a view rejects its values, its type is unknown, a folding bug)
 halts the projection loudly rather than being skipped or retried in a tight loop: the events
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 from eventsourcing.application import Application
 
 from projections.db import Cursor, Database, is_unavailable
+from projections.live_fold import apply_batch
 from projections.views import VIEW_TABLES, VIEWS_VERSION, apply_event, create_tables
 
 log = logging.getLogger(__name__)
@@ -100,11 +102,14 @@ class Projector:
         name: str = "views",
         *,
         skip: Collection[int] = (),
+        batch: int = BATCH,
     ) -> None:
         self.app = app
         self.database = database
         self.name = name
         self.skip = frozenset(skip)
+        self.batch = batch
+        """Events read from the ledger, and applied together, at once."""
         self.halted: Poison | None = None
         self.listeners: list[Listener] = []
         self._lock = threading.Lock()
@@ -198,20 +203,31 @@ class Projector:
             self._hear_until(position)  # what other replicas applied to the shared views
             while True:
                 notifications = self.app.recorder.select_notifications(
-                    start=position + 1, limit=BATCH
+                    start=position + 1, limit=self.batch
                 )
                 if not notifications:
                     return position
                 try:
-                    position = self._apply_batch(notifications)
-                except _PoisonFound as found:
-                    position = self._apply_batch(notifications[: found.index])
-                    self._halt(found.poison)
-                    raise ProjectionHalted(found.poison) from None
-                if len(notifications) < BATCH:
+                    position = self._apply_batch(notifications, folded=True)
+                except Exception as error:
+                    if is_unavailable(error):
+                        raise
+                    position = self._apply_singly(notifications, error)
+                if len(notifications) < self.batch:
                     return position  # the ledger's end when read: later commits call again
 
-    def _apply_batch(self, notifications: Sequence[Any]) -> int:
+    def _apply_singly(self, notifications: Sequence[Any], error: Exception) -> int:
+        """Apply event by event a batch that failed folded, to halt at the event at fault."""
+        log.warning("views: a batch failed folded (%s); applying it event by event", error)
+        try:
+            return self._apply_batch(notifications, folded=False)
+        except _PoisonFound as found:
+            self._apply_batch(notifications[: found.index], folded=False)
+            self._halt(found.poison)
+            raise ProjectionHalted(found.poison) from None
+
+    def _apply_batch(self, notifications: Sequence[Any], *, folded: bool) -> int:
+        """Apply a batch with the tracking position: ``folded`` together, else one by one."""
         applied: dict[int, Any] = {}
         with self.database.transaction(write=True) as cursor:
             position = self._read_position(cursor, lock=True)
@@ -220,9 +236,13 @@ class Projector:
                     continue
                 if notification.id in self.skip:
                     log.warning("views: skipping ledger position %d as told", notification.id)
+                elif folded:
+                    applied[notification.id] = self.app.mapper.to_domain_event(notification)
                 else:
                     applied[notification.id] = self._apply_one(cursor, index, notification)
                 position = notification.id
+            if folded:
+                apply_batch(cursor, applied)
             cursor.execute(
                 "UPDATE projection_tracking SET position = ? WHERE name = ?",
                 (position, self.name),
