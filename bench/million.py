@@ -36,7 +36,7 @@ for entry in (ROOT, HERE):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-from views import Server, cursor_at, measure, percentile, positive, postgres_available  # noqa: E402
+from views import Server, chosen_stores, cursor_at, measure, percentile, positive  # noqa: E402
 
 from api.settings import Settings  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
@@ -161,14 +161,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.small >= args.jobs:
         parser.error("--small must be under --jobs")
-    stores = ["postgres", "sqlite"] if args.store == "both" else [args.store]
-    for store in stores:
-        if store == "postgres" and (reason := postgres_available()):
-            if args.store == "both":
-                print(f"\npostgres skipped: {reason}")
-                continue
-            print(f"PostgreSQL unavailable: {reason}", file=sys.stderr)
-            return 1
+    for store in chosen_stores(args.store, ["postgres", "sqlite"]):
         print("\n".join(bench_store(store, args.small, args.jobs, args.requests)), flush=True)
     return 0
 

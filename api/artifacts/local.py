@@ -34,6 +34,7 @@ from api.artifacts.store import (
     StartedUpload,
     StorageUnavailable,
     UploadIncomplete,
+    hashed_pieces,
     job_prefix,
     part_size_for,
 )
@@ -241,28 +242,16 @@ class LocalArtifactStore:
     async def receive_hashed(self, body: AsyncIterator[bytes]) -> tuple[str, int, str]:
         scratch = f"{_UPLOADS}/{uuid.uuid4().hex}.scratch"
         path = self.path(scratch)
-        digest = hashlib.sha256()
-        size = 0
         with self._storing("uploads"):
             path.parent.mkdir(parents=True, exist_ok=True)
             sink = path.open("wb")
         try:
             with sink, self._storing("uploads"):
-                pending = bytearray()
-                async for chunk in body:
-                    pending += chunk
-                    if len(pending) >= _WRITE_BUFFER:
-                        digest.update(pending)
-                        size += len(pending)
-                        await asyncio.to_thread(sink.write, bytes(pending))
-                        pending.clear()
-                digest.update(pending)
-                size += len(pending)
-                await asyncio.to_thread(sink.write, bytes(pending))
+                size, sha256 = await hashed_pieces(body, _WRITE_BUFFER, sink.write, sink.write)
         except BaseException:
             path.unlink(missing_ok=True)
             raise
-        return scratch, size, digest.hexdigest()
+        return scratch, size, sha256
 
     def keep(self, scratch: str, key: str) -> None:
         source, target = self.path(scratch), self.path(key)

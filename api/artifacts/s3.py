@@ -36,6 +36,7 @@ from api.artifacts.store import (
     StartedUpload,
     StorageUnavailable,
     UploadIncomplete,
+    hashed_pieces,
     job_prefix,
     part_size_for,
 )
@@ -187,25 +188,13 @@ class S3ArtifactStore:
 
     async def receive_hashed(self, body: AsyncIterator[bytes]) -> tuple[str, int, str]:
         scratch = f"uploads/{uuid.uuid4().hex}.scratch"
-        digest = hashlib.sha256()
-        size = 0
         sink = _PartSink(self.bucket, scratch)
         try:
-            pending = bytearray()
-            async for chunk in body:
-                pending += chunk
-                if len(pending) >= sink.part_size:
-                    digest.update(pending)
-                    size += len(pending)
-                    await asyncio.to_thread(sink.send, bytes(pending))
-                    pending.clear()
-            digest.update(pending)
-            size += len(pending)
-            await asyncio.to_thread(sink.finish, bytes(pending))
+            size, sha256 = await hashed_pieces(body, sink.part_size, sink.send, sink.finish)
         except BaseException:
             await asyncio.to_thread(sink.abort)
             raise
-        return scratch, size, digest.hexdigest()
+        return scratch, size, sha256
 
     def keep(self, scratch: str, key: str) -> None:
         bucket = self.bucket

@@ -23,7 +23,9 @@ store appends them to a file; the S3 store keeps the newest bytes in the operati
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,28 @@ def dataset_key(content_hash: str) -> str:
 def job_prefix(job_id: str) -> str:
     """Every key of one job's artifacts starts with it (logs included)."""
     return f"jobs/{job_id}/"
+
+
+async def hashed_pieces(
+    body: AsyncIterator[bytes], piece_size: int, send: Callable[[bytes], object],
+    last: Callable[[bytes], object],
+) -> tuple[int, str]:  # fmt: skip
+    """Hand ``body`` on in pieces of at least ``piece_size`` bytes (``send``, in a thread, so
+    the event loop never waits on the store), the rest to ``last``; its size and SHA-256."""
+    digest = hashlib.sha256()
+    size = 0
+    pending = bytearray()
+    async for chunk in body:
+        pending += chunk
+        if len(pending) >= piece_size:
+            digest.update(pending)
+            size += len(pending)
+            await asyncio.to_thread(send, bytes(pending))
+            pending.clear()
+    digest.update(pending)
+    size += len(pending)
+    await asyncio.to_thread(last, bytes(pending))
+    return size, digest.hexdigest()
 
 
 def part_size_for(size_hint: int | None) -> int:
