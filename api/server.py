@@ -35,6 +35,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="how long a job waits for a live node before it is rejected")
     parser.add_argument("--node-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="a node silent this long is offline")
+    parser.add_argument("--preempt-after", type=_preempt_after, default=120.0, metavar="SECONDS",
+                        help="how long a job waits in a node's line before it preempts "
+                             "running --preemptible jobs of lower priority there; 'never' "
+                             "turns preemption off (default: %(default)s)")
     parser.add_argument("--no-client-config", action="store_true",
                         help="do not write the client config file")
     parser.add_argument("--database-wait", type=float, default=1.5, metavar="SECONDS",
@@ -161,6 +165,7 @@ def _settings(args: argparse.Namespace) -> Any:
         compress_events=args.compress_events,
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
+        preempt_after_s=args.preempt_after,
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
         database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
         stop_confirm_timeout_s=args.stop_confirm_timeout,
@@ -173,7 +178,21 @@ def _settings(args: argparse.Namespace) -> Any:
 _FLAGS = {"database_wait_s": "--database-wait", "node_timeout_s": "--node-timeout",
           "stop_confirm_timeout_s": "--stop-confirm-timeout",
           "default_time_limit_s": "--default-time-limit",
-          "scheduling_patience_s": "--scheduling-patience"}  # fmt: skip
+          "scheduling_patience_s": "--scheduling-patience",
+          "preempt_after_s": "--preempt-after"}  # fmt: skip
+
+
+def _preempt_after(text: str) -> float | None:
+    if text.strip().lower() == "never":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds; give e.g. 120, or 'never'") from None
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 seconds or more, or 'never'")
+    return seconds
 
 
 def _first_error(error: ValueError) -> str:

@@ -20,14 +20,20 @@ from uuid import UUID
 from domain.actors import scheduler
 from domain.job import TrainingJob
 from domain.node import Node
+from domain.sharing import rank_of
 from domain.statuses import Status
 
 HOLDS_ACCELERATORS = frozenset({Status.IN_PROGRESS, Status.STOP_IN_PROGRESS})
 
 
+LINE_RANKS = "cba"
+"""A place key's first letter by priority rank: high jobs (``a``) go before normal ones before
+low ones; keys written before priorities (a bare time) go before them all."""
+
+
 def place_key(job: TrainingJob) -> str:
-    """A job's place in every node's line: its submission time, then its id."""
-    return f"{job.created_on.isoformat()}/{job.id}"
+    """A job's place in every node's line: its priority, its submission time, then its id."""
+    return f"{LINE_RANKS[rank_of(job.spec)]}/{job.created_on.isoformat()}/{job.id}"
 
 
 class UnitOfWork:
@@ -64,9 +70,13 @@ class UnitOfWork:
         job_id, place = str(job.id), place_key(job)
         accels = int(job.spec.get("accels", 1))
         nodes = [self.node(placement["node_id"]) for placement in job.placements]
-        busy = [node.name for node in nodes if not node.can_allocate(job_id, accels, place)]
+        # Its place where it is in line already (a key written before priorities keeps it).
+        places = [node.queue.get(job_id, place) for node in nodes]
+        busy = [node.name for node, at in zip(nodes, places, strict=True)
+                if not node.can_allocate(job_id, accels, at)]  # fmt: skip
         if not busy:
-            allocations = [node.allocate(job_id, accels, place, by=scheduler()) for node in nodes]
+            allocations = [node.allocate(job_id, accels, at, by=scheduler())
+                           for node, at in zip(nodes, places, strict=True)]  # fmt: skip
             job.start(job.commit, allocations[0], by=scheduler(), allocations=allocations)
             return True
         if job.status == Status.BUILDING:
@@ -88,6 +98,8 @@ class UnitOfWork:
             left = job.status != Status.ENQUEUED and job_id in node.queue
             if left:
                 node.dequeue(job_id, by=scheduler())
+            elif job.status == Status.ENQUEUED:  # preempted: back in line where it built
+                node.enqueue(job_id, place_key(job), by=scheduler())
             if released or left:
                 freed.append(node)
         for node in freed:

@@ -25,6 +25,7 @@ from domain.name_claims import NameClaims
 from domain.node import Node
 from domain.outcomes import JobNotFound, Outcome
 from domain.reports import apply_report, report_facts, reporting_node
+from domain.scheduler_commands import SchedulerCommands
 from domain.statuses import Status
 from domain.submissions import submit_all
 from domain.topics import register_old_topics
@@ -36,7 +37,7 @@ CONFLICT_RETRIES = 16
 register_old_topics()  # before this application reads a ledger written before the split
 
 
-class TrainingJobs(Application[UUID]):
+class TrainingJobs(SchedulerCommands, Application[UUID]):
     """Training jobs, their names and the nodes that run them."""
 
     name = "flexai"
@@ -112,7 +113,7 @@ class TrainingJobs(Application[UUID]):
     def _work(self) -> UnitOfWork:
         return UnitOfWork(self.job, self.node)
 
-    def _command(self, job_id: UUID, command: Callable[[TrainingJob], None]) -> Outcome:
+    def _command(self, job_id: UUID, command: Callable[[TrainingJob], object]) -> Outcome:
         """Load, command, let go of what the job no longer holds (starting who waited for
         it), save: all in one transaction."""
 
@@ -237,78 +238,6 @@ class TrainingJobs(Application[UUID]):
             return self._save(job_id, job)
 
         return self._retrying(run)
-
-    # -- scheduler ------------------------------------------------------------------------
-
-    def begin_scheduling(self, job_id: UUID) -> Outcome:
-        return self._command(job_id, lambda job: job.begin_scheduling(by=scheduler()))
-
-    def assign(
-        self, job_id: UUID, node_id: str, node_name: str,
-        nodes: list[dict[str, Any]] | None = None,
-    ) -> Outcome:  # fmt: skip
-        """Place the job on its nodes (``nodes``: ``{node_id, node_name, address}`` per node
-        index; by default the one node given)."""
-        return self._command(
-            job_id,
-            lambda job: job.assign(node_id=node_id, node_name=node_name, nodes=nodes,
-                                   by=scheduler()),  # fmt: skip
-        )
-
-    def schedule_onto(
-        self, job_id: UUID, node_id: str, node_name: str, nodes: list[dict[str, Any]]
-    ) -> Outcome:
-        """A pending job that has room on nodes now: scheduled and placed in one save."""
-
-        def command(job: TrainingJob) -> None:
-            job.begin_scheduling(by=scheduler())
-            job.assign(node_id=node_id, node_name=node_name, nodes=nodes, by=scheduler())
-
-        return self._command(job_id, command)
-
-    def reject(self, job_id: UUID, code: str, message: str) -> Outcome:
-        return self._command(
-            job_id, lambda job: job.reject(code=code, message=message, by=scheduler())
-        )
-
-    def node_lost(self, job_id: UUID, node_id: str, message: str) -> Outcome:
-        """The job's node ``node_id`` was lost: a running job fails (``node_lost``), a waiting
-        one looks for other nodes, a build fails, a stop fails; a job that moved on already
-        is left as it is."""
-
-        def command(job: TrainingJob) -> None:
-            if job.placement_index(node_id, None) is None:
-                return
-            if job.status == Status.IN_PROGRESS:
-                job.fail("node_lost", message, by=scheduler())
-            elif job.status == Status.ENQUEUED:
-                job.requeue(f"{message}; the job looks for another node", by=scheduler())
-            elif job.status == Status.BUILDING:
-                job.fail_build("node_lost", f"{message}; submit the job again", job.commit,
-                               by=scheduler())  # fmt: skip
-            elif job.status == Status.STOP_IN_PROGRESS:
-                job.fail_stop(f"{message} before it confirmed the stop; its processes may "
-                              "still run there", by=scheduler())  # fmt: skip
-
-        return self._command(job_id, command)
-
-    def fail_stop(self, job_id: UUID, message: str) -> Outcome:
-        """A stop no node confirmed in time."""
-
-        def command(job: TrainingJob) -> None:
-            if job.status == Status.STOP_IN_PROGRESS:
-                job.fail_stop(message, by=scheduler())
-
-        return self._command(job_id, command)
-
-    def fail_overdue(self, job_id: UUID, message: str) -> Outcome:
-        """A job still running well past its time limit (its node did not end it)."""
-
-        def command(job: TrainingJob) -> None:
-            if job.status == Status.IN_PROGRESS:
-                job.fail("time_limit_exceeded", message, by=scheduler())
-
-        return self._command(job_id, command)
 
     # -- agents ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from eventsourcing.domain import Aggregate, event
 import domain.values as values
 from domain.actors import Actor
 from domain.errors import DomainError, checked
+from domain.job_attempts import JobAttempts
 from domain.job_facts import (
     check_allocations,
     check_debug_session,
@@ -25,12 +26,11 @@ from domain.job_facts import (
     placed_nodes,
 )
 from domain.job_name import check_name
-from domain.job_state import JobState
 from domain.lifecycle import require
 from domain.statuses import Status
 
 
-class TrainingJob(JobState, Aggregate):
+class TrainingJob(JobAttempts):
     """One training job; its events are the job's whole history."""
 
     @classmethod
@@ -319,11 +319,10 @@ class TrainingJob(JobState, Aggregate):
         self, commit: str | None, accelerators: list[int], allocations: list[list[int]],
         by: Actor,
     ) -> None:  # fmt: skip
-        self.commit = commit
-        self.accelerators = list(accelerators)
+        self.commit, self.accelerators = commit, list(accelerators)
         for placement, indices in zip(self.placements, allocations, strict=False):
             placement["accelerators"] = list(indices)
-        self.status = Status.IN_PROGRESS
+        self.status, self.yielded = Status.IN_PROGRESS, False
 
     @event("BuildFailed")
     def _build_failed(

@@ -8,6 +8,7 @@ from typing import Any
 
 import domain.values as values
 from domain.errors import InvalidJobSpec, checked
+from domain.sharing import check_sharing
 
 SESSION_ID = re.compile(r"[a-z0-9]{16,64}")
 SESSION_ID_RULE = "16 to 64 lower-case letters and digits"
@@ -19,6 +20,7 @@ def check_spec(spec: dict[str, Any]) -> None:
     if not spec.get("entry_point"):
         raise InvalidJobSpec("an entry point is required (after `--`)", "entry_point")
     checked(values.check_spec, spec)
+    checked(check_sharing, spec)
 
 
 def check_failure(code: str, message: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from domain.errors import InvalidJobSpec, JobDeleted
+from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 
 
@@ -22,6 +23,10 @@ class JobState:
     ``accelerators``, ``exit_code``, ``stopped``."""
     debug_sessions: set[str]
     """The ids of the debug sessions open into the job."""
+    accelerators: list[int]
+    node_id: str | None
+    node_name: str | None
+    master_port: int | None
 
     @property
     def is_terminal(self) -> bool:
@@ -68,3 +73,23 @@ class JobState:
     @property
     def open_debug_sessions(self) -> set[str]:
         return set(getattr(self, "debug_sessions", ()))  # jobs folded before they existed
+
+    # -- attempts (jobs folded before them have none: these give their defaults) ----------
+
+    @property
+    def attempt(self) -> int:
+        """The current attempt, from 1."""
+        return int(getattr(self, "attempt_number", 1))
+
+    @property
+    def retries_spent(self) -> int:
+        return int(getattr(self, "retries", 0))
+
+    @property
+    def retries_left(self) -> int:
+        return max(max_retries(self.spec) - self.retries_spent, 0)
+
+    @property
+    def preemption(self) -> dict[str, Any] | None:
+        """Who asked to take this running job's accelerators, while it stops for them."""
+        return getattr(self, "preempting", None)

@@ -10,10 +10,11 @@ and the transitions with SPEC.md's).
 A deleted job records one event more, ``ArtifactsPurged``, and no other.
 
 An event that records one node's part of a transition (``Built``, ``NodeExited``,
-``NodeStopped``) moves no status: a refusal names the status it leads toward. An event that
-records a fact (a checkpoint, a debug session, ...) moves none either, and a refusal says when
-the fact can be recorded. ``ReportRefused`` and ``DebugSessionClosed`` are recorded whatever the
-status (the second even once the job is deleted): their commands never consult the table.
+``NodeStopped``, ``NodeYielded``) moves no status: a refusal names the status it leads toward.
+An event that records a fact (a checkpoint, a debug session, ...) moves none either, and a
+refusal says when the fact can be recorded. ``ReportRefused`` and ``DebugSessionClosed`` are
+recorded whatever the status (the second even once the job is deleted): their commands never
+consult the table.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ EVERY_NODE_BUILT = Guard("every node built", _every_node_built,
 DELETED = Guard("the job deleted", lambda job: job.deleted,
                 "keeps its artifacts until it is deleted")  # fmt: skip
 """The one guard a deleted job can meet: every other event is refused once it is deleted."""
+PREEMPTING = Guard("a preemption asked", lambda job: job.preemption is not None,
+                   "was not asked to make way for another job")  # fmt: skip
+RETRIES_LEFT = Guard("retries left", lambda job: job.retries_left > 0,
+                     "has no retries left (run --max-retries)")  # fmt: skip
 
 
 def _fact_recorded_only(when: str) -> Refusal:
@@ -107,10 +112,15 @@ LIFECYCLE: tuple[Row, ...] = (
     Row("Started", _from(Status.BUILDING, Status.ENQUEUED), Status.IN_PROGRESS,
         guard=EVERY_NODE_BUILT),
     Row("BuildFailed", _from(Status.BUILDING), Status.FAILED),
-    Row("Requeued", _from(Status.ENQUEUED), Status.SCHEDULING),
+    Row("Requeued", _from(Status.BUILDING, Status.ENQUEUED), Status.SCHEDULING),
     Row("NodeExited", _from(Status.IN_PROGRESS), toward=Status.SUCCEEDED),
     Row("Succeeded", _from(Status.IN_PROGRESS), Status.SUCCEEDED),
     Row("Failed", _from(Status.IN_PROGRESS), Status.FAILED),
+    Row("PreemptionRequested", _from(Status.IN_PROGRESS),
+        refusal=_fact_recorded_only("only a running job is preempted")),
+    Row("NodeYielded", _from(Status.IN_PROGRESS), toward=Status.ENQUEUED, guard=PREEMPTING),
+    Row("Preempted", _from(Status.IN_PROGRESS), Status.ENQUEUED, guard=PREEMPTING),
+    Row("Retried", _from(Status.IN_PROGRESS), Status.SCHEDULING, guard=RETRIES_LEFT),
     Row("StopRequested", STOPPABLE, Status.STOP_IN_PROGRESS),
     Row("NodeStopped", _from(Status.STOP_IN_PROGRESS), toward=Status.STOPPED),
     Row("Stopped", _from(Status.STOP_IN_PROGRESS), Status.STOPPED),

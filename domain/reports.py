@@ -9,6 +9,7 @@ from typing import Any
 from domain.actors import Actor, agent
 from domain.errors import DomainError
 from domain.job import TrainingJob
+from domain.sharing import retry_cause
 from domain.statuses import Status
 
 
@@ -61,9 +62,11 @@ def apply_report(
         job.fail_build(code=report["code"], message=report["message"],
                        commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
     elif kind == "exited":
-        job.finish(exit_code=int(report["exit_code"]), by=by, node_index=index)
+        _exited(job, int(report["exit_code"]), by, index)
     elif kind == "failed":
         job.fail(code=report["code"], message=report["message"], by=by, node_index=index)
+    elif kind == "stopped" and job.status == Status.IN_PROGRESS and job.preemption is not None:
+        job.yield_node(by=by, exit_code=report.get("exit_code"), node_index=index)
     elif kind == "stopped":
         job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index)
     elif kind == "stop_failed":
@@ -73,6 +76,18 @@ def apply_report(
     return True
 
 
+def _exited(job: TrainingJob, exit_code: int, by: Actor, index: int) -> None:
+    """An entry point's exit: an exit code the job retries on, with retries left, is retried
+    (``Retried``); any other ends or fails the job."""
+    cause = retry_cause(job.spec, "entry_point_failed", exit_code) if exit_code else None
+    if cause is not None and job.retries_left and job.status == Status.IN_PROGRESS:
+        where = f" on node {job.placements[index]['node_name']}" if job.placements else ""
+        job.retry(cause, f"attempt {job.attempt} ended with {cause}{where}; "
+                  f"{job.retries_left - 1} retries left", by=by)  # fmt: skip
+        return
+    job.finish(exit_code=exit_code, by=by, node_index=index)
+
+
 def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:
     """Whether this report of node ``index`` is a resend of one the ledger holds."""
     placement = job.placements[index] if index < len(job.placements) else {}
@@ -80,6 +95,7 @@ def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index
         if report.get("exit_code") == 0:
             return job.status == Status.SUCCEEDED or placement.get("exit_code") == 0
         return job.status == Status.FAILED
-    if kind == "stopped":
-        return job.status == Status.STOPPED or bool(placement.get("stopped"))
+    if kind == "stopped":  # or the preemption it confirms is recorded, the job waits again
+        yielded = job.status == Status.ENQUEUED and getattr(job, "yielded", False)
+        return job.status == Status.STOPPED or yielded or bool(placement.get("stopped"))
     return REPORT_STATUS.get(kind) == job.status

@@ -326,7 +326,7 @@ SPEC_FIELDS = {
     "repository_url", "repository_revision", "requirements_path", "accels", "nodes", "env",
     "secrets", "datasets", "dataset_hashes",
     "checkpoint", "entry_point", "input_checkpoint_id", "time_limit_s",
-    "stop_grace_s",
+    "stop_grace_s", "priority", "preemptible", "max_retries", "retry_on_exit_codes",
 }  # fmt: skip
 
 

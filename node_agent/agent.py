@@ -64,7 +64,7 @@ class Agent:
         self.pool = AcceleratorPool()
         self.node_id = ""
         self.supervisors: dict[str, JobSupervisor] = {}
-        self._finished: set[str] = set()  # jobs this agent has seen to their end
+        self._finished: set[tuple[str, int]] = set()  # (job, attempt) seen to their end here
         self._missing: dict[str, int] = {}  # polls in a row a supervised job was not listed
         self._swept = False  # processes of jobs no longer listed were ended, at start
         self._shutdown = threading.Event()
@@ -201,17 +201,26 @@ class Agent:
             end_orphans(self.settings.supervisor.work_dir, listed, ABORT_GRACE)
             self._swept = True
         for assignment in assignments:
-            if assignment.job_id in self._finished:
-                continue
+            if (assignment.job_id, assignment.attempt) in self._finished:
+                continue  # a stale answer; a later attempt (a retry) is taken anew
             supervisor = self.supervisors.get(assignment.job_id)
-            if supervisor is not None:
+            if supervisor is not None and self._retried(supervisor, assignment):
+                self._etag = ""  # its old supervisor is ending: take it once that one ended
+            elif supervisor is not None:
                 supervisor.update(assignment)
             elif assignment.status in (BUILDING, ENQUEUED):
                 self._take(assignment)
             elif assignment.status in (IN_PROGRESS, STOP_IN_PROGRESS):
                 self._take(assignment, adopting=True)
         self._abort_unlisted(listed)
-        self._finished &= listed  # a job no longer listed will not be listed again
+        listed_attempts = {(assignment.job_id, assignment.attempt) for assignment in assignments}
+        self._finished &= listed_attempts  # one no longer listed will not be listed again
+
+    @staticmethod
+    def _retried(supervisor: JobSupervisor, assignment: Assignment) -> bool:
+        """A later attempt that builds anew (a retry) while the supervisor of an earlier one
+        still ends it (a preempted job's next attempt is its supervisor's to run)."""
+        return assignment.attempt > supervisor.attempt and assignment.status == BUILDING
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -237,7 +246,7 @@ class Agent:
             if not supervisor.is_alive():
                 del self.supervisors[job_id]
                 self._missing.pop(job_id, None)
-                self._finished.add(job_id)
+                self._finished.add((job_id, supervisor.attempt))
                 log.info("job %s: done", job_id)
 
     def _abort_unlisted(self, listed: set[str]) -> None:

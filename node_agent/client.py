@@ -198,13 +198,16 @@ class ControlPlaneClient:
             retry_for=retry_for,
         )
 
-    def append_logs(self, job_id: str, offset: int, data: bytes, node_index: int = 0) -> int:
-        """Append ``data`` at ``offset`` of node ``node_index``'s log stream; return the size
-        the control plane acknowledges."""
+    def append_logs(
+        self, job_id: str, offset: int, data: bytes, node_index: int = 0, attempt: int = 1
+    ) -> int:
+        """Append ``data`` at ``offset`` of node ``node_index``'s log stream of the job's
+        ``attempt`` (each attempt's stream starts at 0); return the size the control plane
+        acknowledges."""
         answer = self._json(
             "POST",
             f"/v1/agent/jobs/{_seg(job_id)}/logs",
-            params={"offset": offset, "node_index": node_index},
+            params={"offset": offset, "node_index": node_index, **_of_attempt(attempt)},
             content=data,
             headers={"Content-Type": "application/octet-stream"},
             # a blip only: the log shipper has its own, longer retry loop
@@ -215,12 +218,13 @@ class ControlPlaneClient:
     # -- artifacts: upload sessions (see node_agent.artifacts.uploader) -------------------
 
     def begin_upload(
-        self, job_id: str, body: Mapping[str, Any], *, retry_for: float | None = None
-    ) -> dict[str, Any]:
+        self, job_id: str, body: Mapping[str, Any], *, retry_for: float | None = None,
+        attempt: int = 1,
+    ) -> dict[str, Any]:  # fmt: skip
         """Open an upload session: ``{"id", "part_size"}``, or ``{"recorded": ...}`` when the
-        ledger holds the artifact already."""
+        ledger holds the artifact already; ``attempt``: the job's attempt an output is of."""
         return self._json("POST", f"/v1/agent/jobs/{_seg(job_id)}/uploads", json=dict(body),
-                          retry_for=retry_for)  # fmt: skip
+                          params=_of_attempt(attempt), retry_for=retry_for)  # fmt: skip
 
     def part_targets(
         self, upload_id: str, numbers: Sequence[int], *, retry_for: float | None = None
@@ -371,6 +375,11 @@ class ControlPlaneClient:
 
 def new_agent_id() -> str:
     return secrets.token_hex(16)
+
+
+def _of_attempt(attempt: int) -> dict[str, int]:
+    """The ``attempt`` query parameter: only after the first (what an older server takes)."""
+    return {"attempt": attempt} if attempt > 1 else {}
 
 
 def _seg(value: str) -> str:

@@ -81,6 +81,7 @@ class JobEnding:
             node_index=self.reporter.node_index,
             resume=resume,
             secret_values=secret_values,
+            attempt=self.dirs.attempt,
         )
 
     def say(self, line: str) -> None:
@@ -91,17 +92,18 @@ class JobEnding:
 
     def report(
         self, outcome: Ended, checkpoints: CheckpointWatcher, time_limit_s: int | None
-    ) -> None:
-        """Ship the logs, the last checkpoints and the outputs, then report how it ended."""
+    ) -> Answer | None:
+        """Ship the logs, the last checkpoints and the outputs, then report how it ended; the
+        control plane's answer (None when the agent shuts down first)."""
         if outcome.stopped:
             self.say(f"[agent] {stop_outcome(outcome.survivors)}")
         self.ship_logs()
         checkpoints.finish()
         if not self._upload_outputs():
-            return  # the agent shuts down: once restarted, it uploads what is left and reports
+            return None  # the agent shuts down: once restarted, it uploads and reports
         if outcome.stopped:
-            self._report_stop(outcome)
-        elif outcome.timed_out:
+            return self._report_stop(outcome)
+        if outcome.timed_out:
             message = time_limit_message(time_limit_s or 0)
             answer = self.reporter.failed("time_limit_exceeded", message)
             self.stopped_if_refused(answer, outcome.exit_code)
@@ -112,6 +114,7 @@ class JobEnding:
             log.info("job %s: exited with code %d", self.job_id, outcome.exit_code)
             answer = self.reporter.exited(outcome.exit_code)
             self.stopped_if_refused(answer, outcome.exit_code)
+        return answer
 
     def stopped_before_running(self) -> None:
         """Stopped before the entry point ran: there is no exit code."""
@@ -139,12 +142,11 @@ class JobEnding:
         if not answer.accepted and answer.status == STOP_IN_PROGRESS:
             self.reporter.stopped(exit_code)
 
-    def _report_stop(self, outcome: Ended) -> None:
+    def _report_stop(self, outcome: Ended) -> Answer:
         if not outcome.survivors:
-            self.reporter.stopped(outcome.exit_code)
-            return
+            return self.reporter.stopped(outcome.exit_code)
         log.error("job %s: %s", self.job_id, stop_outcome(outcome.survivors))
-        self.reporter.stop_failed(stop_outcome(outcome.survivors))
+        return self.reporter.stop_failed(stop_outcome(outcome.survivors))
 
     # -- what the job leaves -------------------------------------------------------------
 
@@ -187,7 +189,8 @@ class JobEnding:
         if _is_empty(self.dirs.output):
             return True  # nothing to send: the control plane serves an ended job's as an empty zip
         artifact = Artifact(self.job_id, "output", None, self.reporter.node_id,
-                            self.reporter.node_index, self.dirs.output, trusted=self.dirs.root)
+                            self.reporter.node_index, self.dirs.output, trusted=self.dirs.root,
+                            attempt=self.dirs.attempt)  # fmt: skip
         try:
             self.uploader.upload(artifact)
         except ApiUnavailable as error:

@@ -7,6 +7,7 @@ import logging
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from common.client_config import ConfigError, load_client_config
 from node_agent import workdir
 from node_agent.accelerators import detect_gpus
 from node_agent.agent import Agent, AgentSettings
+from node_agent.build.envcache import host_site_packages
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
 from node_agent.network import default_address
@@ -120,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         "able to run it, with venv and pip (default: the agent's own)",
     )
     add(
+        "--job-site-packages",
+        action="store_true",
+        help="jobs' environments also see the packages installed for --job-python, e.g. a GPU "
+        "host's preinstalled PyTorch/CUDA stack, below their own requirements",
+    )
+    add(
         "--keep-job-dirs",
         action="store_true",
         help="keep each finished job's repo, venv and outputs (default: only its job.log)",
@@ -166,6 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     with workdir.exclusive(work_dir, jobs_run_as_another_user=not user.is_agent):
         if not user.is_agent or args.job_python:
             check_can_build(user, settings.supervisor.job_python, work_dir / "jobs")
+        if args.job_site_packages:
+            _check_site_packages(settings.supervisor.job_python)
         client = ControlPlaneClient(
             config.api_url, config.token, agent_id=workdir.agent_id(work_dir)
         )
@@ -188,6 +198,20 @@ def _run(args: argparse.Namespace) -> int:
         )
     log.info("agent stopped")
     return 0
+
+
+def _check_site_packages(python: str) -> None:
+    """Fail at start when ``--job-site-packages`` has no packages of ``python`` to offer."""
+    try:
+        folders = host_site_packages(python)
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        raise AgentError(
+            f"--job-site-packages: cannot ask {python} for its site-packages ({error}); "
+            "check --job-python"
+        ) from None
+    if not folders:
+        raise AgentError(f"--job-site-packages: {python} has no site-packages directory")
+    log.info("jobs' environments also see the packages in %s", ", ".join(folders))
 
 
 def _register(agent: Agent, args: argparse.Namespace) -> bool:
@@ -246,6 +270,7 @@ def _settings(args: argparse.Namespace, api_url: str) -> AgentSettings:
             keep_job_dirs=args.keep_job_dirs,
             job_user=job_user(args.job_user),
             job_python=args.job_python or sys.executable,
+            job_site_packages=args.job_site_packages,
         ),
     )
 

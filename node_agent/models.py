@@ -7,9 +7,11 @@ classes parse it once, so the rest of the agent never touches raw dictionaries.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -98,6 +100,11 @@ class Assignment:
     """The indices the control plane allocated on this node, once the job is in progress."""
     rendezvous: Rendezvous | None = None
     """A multi-node job's meeting point, once it is in progress."""
+    attempt: int = 1
+    """The job's current attempt, from 1: one more each time it is preempted or retried."""
+    preempt: bool = False
+    """The job is in progress and this node is asked to stop it for a higher-priority job: it
+    goes back to enqueued, keeps its build here, and runs again from its last checkpoint."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Assignment:
@@ -111,6 +118,8 @@ class Assignment:
             nnodes=int(data.get("nnodes") or 1),
             accelerators=indices(data.get("accelerators")),
             rendezvous=Rendezvous.from_json(data.get("rendezvous")),
+            attempt=max(1, int(data.get("attempt") or 1)),
+            preempt=bool(data.get("preempt")),
         )
 
 
@@ -125,11 +134,23 @@ class JobDirs:
     owns its directory and could plant a link there) never reaches."""
     marker: str = ""
     """The value of :data:`MARKER_VARIABLE` for this job's processes on this node."""
+    attempt: int = 1
+    """The job's attempt these directories are for: each attempt after the first has its own
+    log, output and checkpoint folders (``job.attempt-2.log``, ``output.attempt-2``...), and
+    shares the build (repository, venv) and the inputs."""
 
     @classmethod
-    def for_job(cls, work_dir: Path, job_id: str, node_index: int = 0) -> JobDirs:
+    def for_job(cls, work_dir: Path, job_id: str, node_index: int = 0,
+                attempt: int = 1) -> JobDirs:  # fmt: skip
         marker = f"{marker_prefix(work_dir)}{job_id}:{node_index}"
-        return cls(work_dir / "jobs" / job_id, work_dir / "scratch" / job_id, marker)
+        return cls(work_dir / "jobs" / job_id, work_dir / "scratch" / job_id, marker, attempt)
+
+    def for_attempt(self, attempt: int) -> JobDirs:
+        """The same job's directories for another attempt."""
+        return replace(self, attempt=attempt)
+
+    def _of_attempt(self, name: str) -> Path:
+        return self.root / (name if self.attempt == 1 else f"{name}.attempt-{self.attempt}")
 
     @property
     def repo(self) -> Path:
@@ -149,15 +170,20 @@ class JobDirs:
 
     @property
     def output(self) -> Path:
-        return self.root / "output"
+        return self._of_attempt("output")
 
     @property
     def output_checkpoint(self) -> Path:
-        return self.root / "output-checkpoint"
+        return self._of_attempt("output-checkpoint")
 
     @property
     def input_checkpoint(self) -> Path:
-        return self.root / "input-checkpoint"
+        return self._of_attempt("input-checkpoint")
+
+    @property
+    def attempt_folders(self) -> tuple[Path, ...]:
+        """The folders each attempt has of its own."""
+        return (self.output, self.output_checkpoint, self.input_checkpoint)
 
     @property
     def input(self) -> Path:
@@ -170,8 +196,20 @@ class JobDirs:
 
     @property
     def log_file(self) -> Path:
-        """Everything the job printed (build and run), the shipper's source of truth."""
-        return self.root / "job.log"
+        """Everything this attempt of the job printed (build and run), the shipper's source of
+        truth: ``job.log`` for the first attempt, ``job.attempt-K.log`` for attempt K."""
+        return self.root / ("job.log" if self.attempt == 1 else f"job.attempt-{self.attempt}.log")
+
+    def is_log(self, path: Path) -> bool:
+        """Whether ``path`` is the log of one of the job's attempts."""
+        return path.parent == self.root and _is_log_name(path.name)
+
+    def earlier_logs(self) -> list[Path]:
+        """The logs of this job's earlier attempts on this node, kept for its operator."""
+        if self.attempt == 1:
+            return []
+        names = ["job.log", *(f"job.attempt-{k}.log" for k in range(2, self.attempt))]
+        return [self.root / name for name in names]
 
     @property
     def exit_code_file(self) -> Path:
@@ -185,20 +223,37 @@ class JobDirs:
 
     def create_fresh(self) -> None:
         """Start from empty directories (a rebuild after an agent restart included), each the
-        agent's alone until the job's directory is handed to the job's user."""
+        agent's alone until the job's directory is handed to the job's user. The logs of
+        earlier attempts of the job on this node (a retry) are kept."""
+        kept = self.scratch.with_name(f"{self.scratch.name}.logs")
+        if kept.exists():
+            shutil.rmtree(kept)
+        kept.mkdir(parents=True, mode=0o700)
+        for log_file in self.earlier_logs():
+            if _is_agents_file(log_file):
+                os.rename(log_file, kept / log_file.name)
         for directory in (self.root, self.scratch):
             if directory.exists():
                 shutil.rmtree(directory)
             directory.mkdir(parents=True)
             directory.chmod(0o700)
-        for directory in (
-            self.output,
-            self.output_checkpoint,
-            self.input_checkpoint,
-            self.input,
-            self.home / ".config",
-        ):
+        for log_file in kept.iterdir():
+            os.rename(log_file, self.root / log_file.name)
+        kept.rmdir()
+        for directory in (*self.attempt_folders, self.input, self.home / ".config"):
             directory.mkdir(parents=True)
+
+    def create_attempt(self) -> None:
+        """Fresh folders for a later attempt of a job built here (after a preemption); its
+        log, exit code and shim's pid start anew too."""
+        for directory in self.attempt_folders:
+            if directory.is_symlink() or directory.is_file():
+                directory.unlink()
+            elif directory.exists():
+                shutil.rmtree(directory)
+            directory.mkdir(mode=0o700)
+        for stale in (self.log_file, self.exit_code_file, self.shim_pid_file):
+            stale.unlink(missing_ok=True)
 
     def remove_all_but_log(self) -> None:
         """Free the disk once the job is over; the log stays for the node's operator."""
@@ -206,12 +261,25 @@ class JobDirs:
         if not self.root.exists():
             return
         for child in self.root.iterdir():
-            if child == self.log_file:
+            if _is_log_name(child.name) and _is_agents_file(child):
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
+
+
+def _is_log_name(name: str) -> bool:
+    return name == "job.log" or (name.startswith("job.attempt-") and name.endswith(".log"))
+
+
+def _is_agents_file(path: Path) -> bool:
+    """A plain file of the agent's own (not one the job planted)."""
+    try:
+        status = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(status.st_mode) and status.st_uid == os.geteuid()
 
 
 def marker_prefix(work_dir: Path) -> str:

@@ -7,7 +7,10 @@ The entry point runs through the shim (``node_agent/run/shim.py``), so a supervi
 that restarted finds the job again (``adopting``), follows it to its end, or
 says how it ended while the agent was down.
 
-Then :class:`node_agent.ending.JobEnding` ships what the job leaves and reports its end.
+Then :class:`node_agent.ending.JobEnding` ships what the job leaves and reports its end. A job
+the control plane preempts (``preempt`` in its assignment) is stopped as by the user and reported
+``stopped``; back ``enqueued``, it keeps its build here and waits for the go of its next attempt,
+which runs from the checkpoint that attempt names (:mod:`node_agent.build.attempts`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 from node_agent.accelerators import AcceleratorPool
 from node_agent.artifacts.checkpoints import CheckpointWatcher
+from node_agent.build.attempts import PREEMPTED, asked_to_make_way, prepare_attempt, runs_again
 from node_agent.build.builder import (
     BuildCaches,
     BuildCancelled,
@@ -46,7 +50,7 @@ from node_agent.models import (
     Rendezvous,
 )
 from node_agent.network import LOOPBACK, free_port
-from node_agent.reports import JobReporter
+from node_agent.reports import Answer, JobReporter
 from node_agent.run.jobrun import JobRun
 from node_agent.run.jobuser import JobUser
 from node_agent.run.launch import Placement, job_environment
@@ -79,6 +83,8 @@ class SupervisorSettings:
     """Who runs the job's own code (venv, pip, the entry point); None: the agent itself."""
     job_python: str = sys.executable
     """The interpreter jobs' virtual environments are made from."""
+    job_site_packages: bool = False
+    """Jobs' environments also see ``job_python``'s own packages (``--job-site-packages``)."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +122,14 @@ class JobSupervisor:
         self.address = address
         """How the job's other nodes reach this one."""
         self.adopting = adopting
-        self.dirs = JobDirs.for_job(settings.work_dir, assignment.job_id, assignment.node_index)
+        self.attempt = assignment.attempt
+        """The job's attempt this supervisor runs (or ran last)."""
+        self.dirs = JobDirs.for_job(settings.work_dir, assignment.job_id, assignment.node_index,
+                                    assignment.attempt)  # fmt: skip
         self._changed = threading.Condition()  # a new assignment, or a stop
         self._stopping = threading.Event()  # the user's stop, or the agent's shutdown
+        self._preempted = threading.Event()  # this attempt makes way for a higher-priority job
+        self._halt = threading.Event()  # either of the two above: the entry point must end
         self._aborting = threading.Event()  # the agent's shutdown: no more reports
         self.reporter = JobReporter(
             client, node_id, self.job_id, give_up=self._aborting, node_index=assignment.node_index
@@ -143,6 +154,10 @@ class JobSupervisor:
         """The entry point's environment, once this agent launched it (`debug-ssh`)."""
         if assignment.status == STOP_IN_PROGRESS:
             self._stopping.set()
+            self._halt.set()
+        elif adopting and asked_to_make_way(assignment, self.attempt):  # said once logs open
+            self._preempted.set()
+            self._halt.set()
 
     def start(self) -> None:
         self._thread.start()
@@ -154,12 +169,18 @@ class JobSupervisor:
             self._changed.notify_all()
         if assignment.status == STOP_IN_PROGRESS:
             self.stop()
+        elif asked_to_make_way(assignment, self.attempt) and not self._preempted.is_set():
+            log.info("job %s: preempted", self.job_id)
+            self._say(PREEMPTED)
+            self._preempted.set()
+            self._halt.set()
 
     def stop(self) -> None:
         """The user asked to stop: end the processes, then report ``stopped``."""
         if not self._stopping.is_set():
             log.info("job %s: stopping", self.job_id)
         self._stopping.set()
+        self._halt.set()
         with self._changed:
             self._changed.notify_all()
 
@@ -206,7 +227,7 @@ class JobSupervisor:
         start = self._report_built(built) if built else None
         if built and start and self._claim(start.accelerators):
             self._started = True
-            self._run_entry_point(built, start, secrets)
+            self._run_attempts(self._run_entry_point(built.argv, start, secrets))
 
     def _follow_again(self) -> None:
         """After the agent restarted: follow the job's processes, or say how they ended."""
@@ -220,10 +241,12 @@ class JobSupervisor:
             return
         log.info("job %s (%s): found running, followed again", self.job_id, self.assignment.name)
         self._say("[agent] the node agent restarted and found the job running; it follows it")
+        if self._preempted.is_set():
+            self._say(PREEMPTED)
         self._started = True
         if holder := self.pool.claim(self.job_id, self.assignment.accelerators or ()):
             log.error("job %s: %s", self.job_id, holder)
-        self._follow(run)
+        self._run_attempts(self._follow(run))
 
     def _open_logs_again(self) -> None:
         """Ship the log of a job found running; not at all if its secrets cannot be masked."""
@@ -260,6 +283,7 @@ class JobSupervisor:
             fetch_checkpoint=self._fetch_checkpoint,
             as_user=self.settings.job_user,
             python=self.settings.job_python,
+            site_packages=self.settings.job_site_packages,
             caches=BuildCaches.in_work_dir(self.settings.work_dir),
             asked=self._taken_at,
             secrets=secrets,
@@ -347,23 +371,102 @@ class JobSupervisor:
         self.ending.failed("node_lost", message, started=True)
         return False
 
-    # -- the entry point ---------------------------------------------------------------
+    # -- the entry point, attempt after attempt ----------------------------------------
 
-    def _run_entry_point(self, built: BuiltJob, start: Start, secrets: JobSecrets) -> None:
+    def _run_attempts(self, answer: Answer | None) -> None:
+        """After an attempt that ended with ``answer``: while it made way for another job,
+        wait for the next attempt's go and run it."""
+        while self._made_way(answer):
+            go = self._next_go()
+            prepared = self._prepare_attempt(go[1]) if go else None
+            if go is None or prepared is None or not self._claim(go[0].accelerators):
+                return
+            argv, secrets = prepared
+            answer = self._run_entry_point(argv, go[0], secrets)
+
+    def _made_way(self, answer: Answer | None) -> bool:
+        """Whether the attempt that just ended was preempted, and the job waits its turn
+        (``enqueued``; still ``in progress`` while its other nodes stop)."""
+        if not self._preempted.is_set() or self._stopping.is_set() or answer is None:
+            return False
+        if not answer.accepted or answer.status not in (ENQUEUED, IN_PROGRESS):
+            log.info("job %s: preempted, and ends here: the job is %s", self.job_id,
+                     answer.status or "?")  # fmt: skip
+            return False
+        return True
+
+    def _next_go(self) -> tuple[Start, Assignment] | None:
+        """Wait enqueued, the build kept, for the go of an attempt after the one that ran;
+        None when the job ends meanwhile (the user's stop, a terminal status)."""
+        ran = self.attempt
+        for stale in (self.dirs.exit_code_file, self.dirs.shim_pid_file):  # not the next's
+            stale.unlink(missing_ok=True)
+        log.info("job %s: preempted, waiting for its accelerators again", self.job_id)
+        go: tuple[Start, Assignment] | None = None
+        with self._changed:
+            while go is None and not self._stopping.is_set():
+                latest = self.assignment
+                if latest.status not in _ON_ITS_WAY:
+                    log.info("job %s: not run again, the job is %s", self.job_id, latest.status)
+                    return None
+                start = self._start_from(latest.status, latest.accelerators, latest.rendezvous)
+                if start is not None and runs_again(latest, ran):
+                    go = (start, latest)
+                else:
+                    self._changed.wait(1.0)
+        if go is None:
+            self.ending.stopped_before_running()
+            return None
+        self.attempt = go[1].attempt
+        self.dirs = self.dirs.for_attempt(self.attempt)
+        self.ending.dirs = self.dirs
+        self._preempted.clear()
+        if not self._stopping.is_set():
+            self._halt.clear()
+        return go
+
+    def _prepare_attempt(self, go: Assignment) -> tuple[tuple[str, ...], JobSecrets] | None:
+        """The new attempt's log, folders and input checkpoint; its command line and secrets,
+        or None when it cannot run (said in its log, and reported)."""
+        secrets = fetch_secrets(self.client, go)
+        checkpoint = go.input_checkpoint_id
+        try:
+            self.dirs.create_attempt()
+            self.ending.open_logs(resume=False, secret_values=secrets.masked)
+            self._say(f"[agent] attempt {self.attempt} of the job: running again from "
+                      f"{f'checkpoint {checkpoint}' if checkpoint else 'its start'}")  # fmt: skip
+            argv = prepare_attempt(self.dirs, go, secrets=secrets,
+                                   fetch_checkpoint=self._fetch_checkpoint, log=self._say,
+                                   cancel=self._stopping, as_user=self.settings.job_user,
+                                   python=self.settings.job_python)  # fmt: skip
+            return argv, secrets
+        except BuildFailed as failure:
+            log.info("job %s: attempt %d cannot run: %s", self.job_id, self.attempt,
+                     failure.message)  # fmt: skip
+            self.ending.failed(failure.code, failure.message, started=True)
+        except OSError as error:
+            self.ending.failed("node_lost", f"the job's folders cannot be made: {error}",
+                               started=True)  # fmt: skip
+        return None
+
+    def _run_entry_point(
+        self, argv: tuple[str, ...], start: Start, secrets: JobSecrets
+    ) -> Answer | None:
+        """Launch and follow the entry point; the answer to the report of its end."""
         assignment, spec = self.assignment, self.assignment.spec
         rendezvous = start.rendezvous or Rendezvous(LOOPBACK, free_port())
         placement = Placement(assignment.node_index, assignment.nnodes, spec.accels,
                               rendezvous.master_addr, rendezvous.master_port)  # fmt: skip
         # --env and --secret never name the same variable; the platform's win over both.
         env = job_environment(self.dirs, {**spec.env, **secrets.values}, start.accelerators,
-                              placement)  # fmt: skip
+                              placement, restart_count=self.attempt - 1)  # fmt: skip
         self.job_env = env  # a debug session's commands get the very same (`debug-ssh`)
         indices = ",".join(map(str, start.accelerators)) or "none"
         log.info("job %s: started on accelerators %s", self.job_id, indices)
-        self._say(f"[agent] running {shlex.join(built.argv)} on accelerators {indices}")
+        self._say(f"[agent] running {shlex.join(argv)} on accelerators {indices}")
         try:
             run = JobRun.launch(
-                built.argv,
+                argv,
                 dirs=self.dirs,
                 env=env,
                 python=self.settings.job_python,
@@ -372,18 +475,17 @@ class JobSupervisor:
             )
         except OSError as error:
             self._say(f"[agent] cannot start the entry point: {error}")
-            stopped = self._stopping.is_set()
-            self._finish(Ended(None if stopped else 126, [], stopped=stopped), None)
-            return
-        self._follow(run)
+            stopped = self._halt.is_set()
+            return self._finish(Ended(None if stopped else 126, [], stopped=stopped), None)
+        return self._follow(run)
 
-    def _follow(self, run: JobRun) -> None:
+    def _follow(self, run: JobRun) -> Answer | None:
         watcher = self._checkpoint_watcher()
         watcher.start()
         try:
             outcome = watch(
                 run,
-                stopping=self._stopping,
+                stopping=self._halt,
                 grace=self._grace,
                 time_limit_s=self.assignment.spec.time_limit_s,
                 say=self._say,
@@ -393,7 +495,7 @@ class JobSupervisor:
             raise
         finally:
             watcher.stop_watching()
-        self._finish(outcome, watcher)
+        return self._finish(outcome, watcher)
 
     def _ended_while_away(self) -> Ended:
         """How the job ended while the agent was down, as its shim wrote it, if it did."""
@@ -416,15 +518,16 @@ class JobSupervisor:
 
     # -- the end -------------------------------------------------------------------------
 
-    def _finish(self, outcome: Ended, watcher: CheckpointWatcher | None) -> None:
+    def _finish(self, outcome: Ended, watcher: CheckpointWatcher | None) -> Answer | None:
+        """Report how the entry point ended; the control plane's answer (None: not sent)."""
         self._survivors = outcome.survivors
         self.pool.release(self.job_id, outcome.survivors)
         if self._aborting.is_set():
             # The agent ended it, not the job: a restarted agent must not report its code.
             self.dirs.exit_code_file.unlink(missing_ok=True)
-            return
+            return None
         checkpoints = watcher or self._checkpoint_watcher()
-        self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s)
+        return self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s)
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from eventsourcing.application import Application
 
+from domain.job_attempts import is_job_event
 from projections.db import Cursor
 from projections.views import (
     JOB_DETAILS_COLUMNS,
@@ -53,7 +54,7 @@ class BulkFold:
         """Fold one event (None: one the views pass over)."""
         if domain_event is None:
             pass
-        elif type(domain_event).__qualname__.startswith("TrainingJob."):
+        elif is_job_event(domain_event):
             job_id = str(domain_event.originator_id)
             document = self._documents.get(job_id)
             if document is None and type(domain_event).__name__ != "Submitted":

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from domain.events import event_name
+from domain.job_attempts import is_job_event
 from projections.db import Cursor
 from projections.views import (
     JOB_DETAILS_COLUMNS,
@@ -66,7 +67,7 @@ def apply_batch(cursor: BatchCursor, events: Mapping[int, Any]) -> None:
 
 
 def _is_job_event(domain_event: Any) -> bool:
-    return type(domain_event).__qualname__.startswith("TrainingJob.")
+    return is_job_event(domain_event)
 
 
 def _jobs_to_read(events: Iterable[Any]) -> list[str]:

@@ -147,11 +147,26 @@ class Queries:
             (owner, name),
         )
 
+    def on_nodes(self) -> list[Row]:
+        """Every job placed on a node (building to stopping): one row per node of it."""
+        marks = ", ".join("?" * len(ON_A_NODE))
+        return self._all(f"SELECT job_id, node_id, status, accels FROM job_nodes "
+                         f"WHERE status IN ({marks})", [s.value for s in ON_A_NODE])  # fmt: skip
+
+    def usage_intervals(self, since: str) -> list[Row]:
+        """Each job that ran since ``since`` (or runs): its owner, the accelerators it held
+        on all its nodes, and when it started and ended (None: it runs)."""
+        return self._all(
+            "SELECT owner, accels * nodes AS accels, started_at, ended_at FROM job_list "
+            "WHERE started_at IS NOT NULL AND (ended_at IS NULL OR ended_at >= ?)", (since,)
+        )
+
     def jobs_in(self, statuses: Iterable[Status]) -> list[Row]:
         wanted = [status.value for status in statuses]
         marks = ", ".join("?" * len(wanted))
         return self._all(
-            f"SELECT id, name, status, accels, nodes, node_id, updated_at FROM job_list "
+            f"SELECT id, owner, name, status, accels, nodes, node_id, created_at, updated_at "
+            f"FROM job_list "
             f"WHERE status IN ({marks}) ORDER BY created_at",
             wanted,
         )

@@ -8,8 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from domain.events import event_facts, event_name
+from domain.job_attempts import JOB_EVENT_PREFIXES
 from domain.lifecycle import EVENT_STATUS
 from domain.statuses import TERMINAL, Status
+from projections.attempts import ATTEMPT_FOLDERS, close_attempt, open_attempt
 from projections.datasets import DATASET_SCHEMA, apply_dataset_event
 from projections.db import Cursor
 from projections.debug_sessions import (
@@ -87,13 +89,13 @@ def is_viewed(topic: str) -> bool:
     """Whether :func:`apply_event` changes the views for an event stored under ``topic`` (a
     bulk fold decodes no other: a name's claims, a node's allocations)."""
     qualname = topic.rpartition(":")[2]
-    return qualname.startswith(("TrainingJob.", "Dataset.")) or qualname in VIEWED_NODE_EVENTS
+    return qualname.startswith((*JOB_EVENT_PREFIXES, "Dataset.")) or qualname in VIEWED_NODE_EVENTS
 
 
 def apply_event(cursor: Cursor, domain_event: Any, position: int) -> None:
     """Change the views for one event; called once per event, inside the tracking transaction."""
     topic = type(domain_event).__qualname__
-    if topic.startswith("TrainingJob."):
+    if topic.startswith(JOB_EVENT_PREFIXES):
         _apply_job_event(cursor, domain_event, position)
     elif topic.startswith("Node."):
         _apply_node_event(cursor, domain_event)
@@ -183,6 +185,10 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "placements": [],
         "rendezvous": None,
         "waiting_on": [],
+        "attempt": 1,
+        "attempts": [],
+        "preemption": None,
+        "last_checkpoint_id": None,
         "history": [],
     }
 
@@ -228,6 +234,7 @@ def _started(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
         node["accelerators"] = indices
     document["waiting_on"] = []
     document["started_at"] = document["started_at"] or at
+    open_attempt(document, at)
 
 
 def _exited(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -286,6 +293,7 @@ def _artifacts_purged(document: dict[str, Any], facts: dict[str, Any], at: str) 
 
 
 FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
+    **ATTEMPT_FOLDERS,
     "NodeAssigned": _node_assigned,
     "Requeued": _requeued,
     "Built": _built,
@@ -313,6 +321,7 @@ def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> No
         document["status"] = status.value
         if status in TERMINAL:
             document["ended_at"] = at
+            close_attempt(document, at, status.value)
     folder = FOLDERS.get(name)
     if folder is not None:
         folder(document, facts, at)

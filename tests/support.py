@@ -266,6 +266,9 @@ SPEC_TRANSITIONS = {
     ("in progress", "stop in progress"),
     ("stop in progress", "stopped"),
     ("stop in progress", "stop failed"),
+    ("in progress", "enqueued"),
+    ("in progress", "scheduling"),
+    ("building", "scheduling"),
 }
 SPEC_TERMINAL = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
 

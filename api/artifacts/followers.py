@@ -2,10 +2,10 @@
 
 A follower is a coroutine that streams a job's log file from its offset, then sleeps on an
 :class:`asyncio.Event` until something happens to that job: new log bytes arrive (the log route
-wakes it), or the job reaches a terminal status (the projector's listener wakes it, for events
-written by any replica). A timer wakes it too, now and then, in case bytes arrived through
-another replica's store. A thousand quiet followers cost a thousand small objects, no thread
-and no database query.
+wakes it), or the job reaches a terminal status or ends an attempt (the projector's listener
+wakes it, for events written by any replica). A timer wakes it too, now and then, in case
+bytes arrived through another replica's store. A thousand quiet followers cost a thousand
+small objects, no thread and no database query.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class TooManyFollowers(Exception):
 BATCH_S = 0.25
 """A woken follower reads at most this often (a thousand followers of a chatty job each read
 and send a few bigger chunks a second, not one per batch the agent ships)."""
+ATTEMPT_ENDS = frozenset({"Retried", "Preempted"})
+"""Events that end an attempt of a job that goes on."""
 FOLLOWERS_PER_S = 2000
 """Follower reads a second one server spends on one job at most: the more followers a job
 has, the longer each one's batch (1,000 followers: one read each half second)."""
@@ -46,6 +48,9 @@ class Follower:
     def __init__(self, peers: set[Follower]) -> None:
         self.woken = asyncio.Event()
         self.job_ended = False
+        self.attempt_ended = False
+        """The job ended an attempt (``Retried``, ``Preempted``) since this was last cleared:
+        a follower of that attempt's log ends once it sent it all."""
         self._peers = peers
         self._last_read = 0.0
 
@@ -103,14 +108,14 @@ class LogFollowers:
                 if not followers:
                     del self._by_job[job_id]
 
-    def wake(self, job_id: str, *, ended: bool = False) -> None:
+    def wake(self, job_id: str, *, ended: bool = False, attempt_ended: bool = False) -> None:
         """Something happened to ``job_id``; safe to call from any thread."""
         with self._lock:
             followers = list(self._by_job.get(job_id, ()))
             loop = self._loop
         if followers and loop is not None and not loop.is_closed():
             # Safe from the loop itself, other threads and signal handlers alike.
-            loop.call_soon_threadsafe(_wake_all, followers, ended)
+            loop.call_soon_threadsafe(_wake_all, followers, ended, attempt_ended)
 
     def on_events(self, domain_events: Sequence[Any]) -> None:
         """A projector listener: a job that ended (or was deleted) ends its follow streams."""
@@ -120,6 +125,8 @@ class LogFollowers:
                 domain_event
             ) == "Deleted":
                 self.wake(str(domain_event.originator_id), ended=True)
+            elif event_name(domain_event) in ATTEMPT_ENDS:
+                self.wake(str(domain_event.originator_id), attempt_ended=True)
 
     def close_all(self) -> None:
         """The server is stopping: every stream ends now (a client resumes at its offset)."""
@@ -130,7 +137,8 @@ class LogFollowers:
             self.wake(job_id)
 
 
-def _wake_all(followers: list[Follower], ended: bool) -> None:
+def _wake_all(followers: list[Follower], ended: bool, attempt_ended: bool = False) -> None:
     for follower in followers:
         follower.job_ended = follower.job_ended or ended
+        follower.attempt_ended = follower.attempt_ended or attempt_ended
         follower.woken.set()

@@ -3,7 +3,8 @@ the bucket in parts.
 
 Three tables, shared by every replica on the database:
 
-- ``log_streams(job_id, node_index, size, flushed)``: one row per stream (a job's node), the
+- ``log_streams(job_id, node_index, size, flushed)``: one row per stream (a job's node; a
+  later attempt's under its ``attempt_job_key`` in place of the job's id), the
   bytes it holds in all and how many of them are in parts. Every write to a stream locks its
   row first (``FOR UPDATE`` on PostgreSQL; SQLite's writers take turns anyway).
 - ``log_chunks(job_id, node_index, start, size, data, created_at)``: the bytes not yet in a
@@ -40,7 +41,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from api.artifacts.store import LogOffsetMismatch, StorageUnavailable, job_prefix
+from api.artifacts.store import (
+    LogOffsetMismatch,
+    StorageUnavailable,
+    attempts_prefix,
+    job_prefix,
+)
 from projections.db import Cursor, Database
 
 log = logging.getLogger(__name__)
@@ -285,13 +291,14 @@ class DatabaseLogs:
         return start, end, data
 
     def settle(self, job_ids: Iterable[str]) -> None:
-        """Every held byte of these jobs' streams to the bucket (StorageUnavailable when it
-        is away: the rows stay, try again later)."""
+        """Every held byte of these jobs' streams, every attempt's, to the bucket
+        (StorageUnavailable when it is away: the rows stay, try again later)."""
         for job_id in job_ids:
             with self.database.transaction() as cursor:
-                cursor.execute("SELECT node_index FROM log_streams WHERE job_id = ? "
-                               "AND size > flushed", (job_id,))  # fmt: skip
-                streams = [Stream(job_id, int(row["node_index"])) for row in cursor.fetchall()]
+                cursor.execute(f"SELECT job_id, node_index FROM log_streams WHERE {_OF_JOB} "
+                               "AND size > flushed", _of_job(job_id))  # fmt: skip
+                streams = [Stream(row["job_id"], int(row["node_index"]))
+                           for row in cursor.fetchall()]  # fmt: skip
             for stream in streams:
                 self.flush(stream, everything=True)
 
@@ -357,10 +364,20 @@ class DatabaseLogs:
     # -- purge ----------------------------------------------------------------------------
 
     def forget(self, job_id: str) -> None:
-        """Drop a job's rows (its objects go with the job's prefix)."""
+        """Drop a job's rows, every attempt's (its objects go with the job's prefix)."""
         with self.database.transaction(write=True) as cursor:
             for table in ("log_chunks", "log_parts", "log_streams"):
-                cursor.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+                cursor.execute(f"DELETE FROM {table} WHERE {_OF_JOB}", _of_job(job_id))
+
+
+_OF_JOB = "(job_id = ? OR job_id LIKE ? ESCAPE '!')"
+"""The streams of a job's every attempt (its first under its id, the later ones under
+:func:`~api.artifacts.store.attempt_job_key`), with the parameters of :func:`_of_job`."""
+
+
+def _of_job(job_id: str) -> tuple[str, str]:
+    escaped = "".join(f"!{c}" if c in "!%_" else c for c in attempts_prefix(job_id))
+    return job_id, escaped + "%"
 
 
 class HeldTooLong(Exception):

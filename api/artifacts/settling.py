@@ -8,6 +8,10 @@ job and wakes a thread of its own. That thread writes what the database still ho
 job's log into the bucket (``settle_logs``). The listener only notes the job, so no request
 waits on the bucket.
 
+A job keeps a log stream per attempt (:func:`~api.artifacts.store.attempt_job_key`); settling a
+job settles them all. An attempt that ends while the job goes on (``Retried``, ``Preempted``)
+has its log whole too, so the job is noted then as well: its last lines need not wait.
+
 A settle that fails (the bucket away, the database for a moment) keeps its jobs noted and is
 tried again after 1 s, then twice as long each time, up to 30 s, until it succeeds or the
 server stops; meanwhile the log reads as well from the database. Every replica hears of every
@@ -23,6 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from api.artifacts.followers import ATTEMPT_ENDS
 from api.artifacts.store import ArtifactStore, StorageUnavailable
 from domain.events import event_name
 from domain.lifecycle import EVENT_STATUS
@@ -52,9 +57,11 @@ class LogSettler:
             return set(self._due)
 
     def on_events(self, domain_events: Sequence[Any]) -> None:
-        """A projector listener: each job that ended is noted, and the thread woken."""
+        """A projector listener: each job that ended (or whose attempt did) is noted, and the
+        thread woken."""
         ended = {str(event.originator_id) for event in domain_events
-                 if EVENT_STATUS.get(event_name(event)) in TERMINAL}  # fmt: skip
+                 if EVENT_STATUS.get(event_name(event)) in TERMINAL
+                 or event_name(event) in ATTEMPT_ENDS}  # fmt: skip
         if ended:
             with self._lock:
                 self._due |= ended

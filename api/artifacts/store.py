@@ -8,13 +8,14 @@ behind one interface with two implementations.
   straight to and from the bucket through presigned URLs; the server sees none of their bytes.
 
 Every artifact has a key, the same in both stores (:func:`checkpoint_key`, :func:`output_key`,
-:func:`dataset_key`; the S3 store puts its prefix before it). Checkpoints and outputs arrive in
-**multipart uploads** that the server begins, hands out part targets for, and completes: an
-upload is invisible until completed, so a partial object is never read, listed or recorded.
-The server then reads the archive's central directory through :meth:`ArtifactStore.open`
-(ranged reads on S3) to check and describe it, and records it in the ledger with its size and
-SHA-256. Downloads are :class:`Download` answers: a presigned URL to redirect to, or a file
-this server sends itself.
+:func:`dataset_key`; the S3 store puts its prefix before it). A job's logs and outputs are kept
+per attempt (:func:`attempt_job_key`: the first attempt's where they always were).
+Checkpoints and outputs arrive in **multipart uploads** that the server begins, hands out part
+targets for, and completes: an upload is invisible until completed, so a partial object is
+never read, listed or recorded. The server then reads the archive's central directory through
+:meth:`ArtifactStore.open` (ranged reads on S3) to check and describe it, and records it in the
+ledger with its size and SHA-256. Downloads are :class:`Download` answers: a presigned URL to
+redirect to, or a file this server sends itself.
 
 Logs stay live for ``logs --follow``: the agent ships chunks to the server as before. The local
 store appends them to a file; the S3 store keeps the newest bytes in the operational database
@@ -38,6 +39,7 @@ MIN_PART = 5 * 2**20
 DEFAULT_PART = 32 * 2**20
 MAX_PARTS = 10_000
 """S3's most parts in one upload."""
+ATTEMPTS = "attempts"
 
 
 class LogOffsetMismatch(Exception):
@@ -65,8 +67,21 @@ def checkpoint_key(job_id: str, checkpoint_id: str) -> str:
     return f"jobs/{job_id}/checkpoints/{checkpoint_id}.zip"
 
 
-def output_key(job_id: str, node_index: int) -> str:
-    return f"jobs/{job_id}/outputs/output_{node_index}.zip"
+def attempt_job_key(job_id: str, attempt: int = 1) -> str:
+    """What a job's logs and outputs of one attempt are kept under, in place of the job's id:
+    the id itself for the first attempt (where every job's were before retries, so older jobs
+    read the same), ``<id>/attempts/<K>`` for a later one. Under the job's prefix: deleting or
+    purging the job takes every attempt's artifacts."""
+    return job_id if attempt <= 1 else f"{job_id}/{ATTEMPTS}/{attempt}"
+
+
+def attempts_prefix(job_id: str) -> str:
+    """The start of the :func:`attempt_job_key` of every attempt of the job after the first."""
+    return f"{job_id}/{ATTEMPTS}/"
+
+
+def output_key(job_id: str, node_index: int, attempt: int = 1) -> str:
+    return f"jobs/{attempt_job_key(job_id, attempt)}/outputs/output_{node_index}.zip"
 
 
 def dataset_key(content_hash: str) -> str:
@@ -165,8 +180,8 @@ class ArtifactStore(Protocol):
     ) -> bytes: ...
 
     def settle_logs(self, job_ids: Iterable[str]) -> None:
-        """Write what the store still holds aside of these (ended) jobs' logs into the store
-        for good; nothing to do for the local store."""
+        """Write what the store still holds aside of these (ended) jobs' logs, every attempt's,
+        into the store for good; nothing to do for the local store."""
         ...
 
     # -- multipart uploads, straight from a node ------------------------------------------

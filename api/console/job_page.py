@@ -77,7 +77,7 @@ def _waiting(services: Services, document: dict[str, Any]) -> dict[str, Any] | N
     if detail is None:
         return {"reason": "waits for the scheduler's next round", "asked": "", "nodes": [],
                 "place": None}  # fmt: skip
-    if document["status"] == Status.SCHEDULING.value:
+    if document["status"] == Status.SCHEDULING.value and "place" not in detail:
         detail["place"], detail["of"] = services.queries.place_in_scheduling(document["id"])
     return waiting_lines(detail)
 

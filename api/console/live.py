@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from api.http.streaming import FollowingResponse
-
-JOB_TOPIC = "TrainingJob."
+from domain.job_attempts import is_job_event
 
 
 class Watch:
@@ -67,7 +66,7 @@ class JobWatch:
         touched: set[Watch] = set()
         with self._lock:
             for domain_event in domain_events:
-                if type(domain_event).__qualname__.startswith(JOB_TOPIC):
+                if is_job_event(domain_event):
                     touched.update(self._by_job.get(str(domain_event.originator_id), ()))
         for watch in touched:
             if not watch.loop.is_closed():

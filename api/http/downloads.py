@@ -16,6 +16,7 @@ from fastapi import Path, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
 from api.artifacts.store import ArtifactStore, output_key
+from api.http.attempts import chosen_attempt, current_attempt, output_attempt, outputs_attempt
 from api.http.problems import Problem
 from api.services import Services
 from domain.statuses import TERMINAL
@@ -73,9 +74,12 @@ def bytes_answer(data: bytes, filename: str, sha256: str) -> Response:
     return Response(data, media_type=ZIP, headers=headers)
 
 
-def output_answer(services: Services, document: dict[str, Any], node_index: int) -> Response:
-    """Node ``node_index``'s output archive of a job (as the views show it, deleted or not):
-    from the store, with what the ledger recorded of it; 410 once its artifacts were purged."""
+def output_answer(
+    services: Services, document: dict[str, Any], node_index: int, attempt: int | None = None
+) -> Response:
+    """Node ``node_index``'s output archive of a job's ``attempt`` (default: the last that
+    recorded outputs) as the views show the job, deleted or not: from the store, with what the
+    ledger recorded of it; 410 once its artifacts were purged."""
     name = document["name"]
     purged = document.get("artifacts_purged")
     if purged:
@@ -85,13 +89,16 @@ def output_answer(services: Services, document: dict[str, Any], node_index: int)
             "(`flexai admin purge`): its outputs are gone for good; its history stays "
             f"(`flexai training history {name} --all`)", purged_at=purged["at"],
         )  # fmt: skip
+    chosen = chosen_attempt(document, attempt, default=outputs_attempt(document))
     recorded = next((output for output in document.get("outputs") or []
-                     if output["node_index"] == node_index), None)  # fmt: skip
+                     if output["node_index"] == node_index
+                     and output_attempt(document, output) == chosen), None)  # fmt: skip
     filename = f"output_{node_index}.zip"
-    if recorded is not None or document["status"] in TERMINAL:  # unrecorded: one from before
-        try:
+    current = chosen == current_attempt(document)
+    if recorded is not None or document["status"] in TERMINAL or not current:
+        try:  # unrecorded: one from before outputs were recorded, or a later one's replaced it
             return artifact_answer(
-                services.artifacts, output_key(document["id"], node_index), filename,
+                services.artifacts, output_key(document["id"], node_index, chosen), filename,
                 size=recorded and recorded["size"], sha256=recorded and recorded["sha256"],
             )  # fmt: skip
         except FileNotFoundError:
@@ -101,9 +108,16 @@ def output_answer(services: Services, document: dict[str, Any], node_index: int)
                     f"the output of job '{name}' node {node_index} is recorded but gone from "
                     "the artifact store",
                 ) from None  # fmt: skip
-    if _ran_to_its_end(document, node_index):
+    if current and _ran_to_its_end(document, node_index):
         # An agent uploads no empty output directory: the archive of nothing.
         return bytes_answer(EMPTY_ZIP, filename, EMPTY_ZIP_SHA256)
+    if not current:
+        raise Problem(
+            404, "not-found", "No output of that attempt",
+            f"attempt {chosen} of job '{name}' left no output for node {node_index}; "
+            f"attempt {current_attempt(document)} is the job's current one",
+            attempt=chosen,
+        )  # fmt: skip
     raise Problem(
         404, "not-found", "No output yet",
         f"job '{name}' ({document['status']}) has no output for node {node_index} yet; "

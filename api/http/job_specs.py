@@ -1,6 +1,8 @@
 """What a submitted job's spec records, beyond what its body says: the input checkpoint and
-datasets it names pinned to the ids and contents they have now, and the default time limit.
-Used by single and list submissions alike (``routes/jobs.py``, ``routes/submissions.py``)."""
+datasets it names pinned to the ids and contents they have now, and the default time limit;
+its sharing fields (priority, preemptible, retries) only where they differ from their defaults,
+so that specs written before them read the same. Used by single and list submissions alike
+(``routes/jobs.py``, ``routes/submissions.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from api.http.problems import Problem
 from api.http.schemas import JobCreate
 from api.services import Services
+from domain.sharing import DEFAULT_PRIORITY, default_preemptible
 from domain.values import InvalidValue, check_repository_url
 
 
@@ -21,10 +24,12 @@ class JobSpecs:
         self.services, self.owner = services, owner
         self.checkpoints: dict[str, str] = {}
         self.datasets: dict[tuple[str, ...], dict[str, str]] = {}
+        self.high_priority: bool | None = None
 
     def spec(self, body: JobCreate) -> dict[str, Any]:
         settings = self.services.settings
         spec = body.model_dump(exclude={"name"})
+        self._sharing(spec)
         try:
             check_repository_url(body.repository_url, allowed=settings.allowed_repo_schemes)
         except InvalidValue as error:
@@ -39,6 +44,29 @@ class JobSpecs:
                 self.datasets[names] = self.services.queries.dataset_hashes(self.owner, names)
             spec["dataset_hashes"] = dict(self.datasets[names])
         return spec
+
+    def _sharing(self, spec: dict[str, Any]) -> None:
+        """Drop the sharing fields left at their defaults; refuse ``high`` to whom it is not
+        granted."""
+        priority = spec["priority"]
+        if priority == "high" and not self._may_use_high_priority():
+            raise Problem(
+                403, "high-priority-not-granted", "High priority not granted",
+                f"{self.owner} may not submit priority high jobs: use --priority normal (or "
+                f"low), or ask an admin to run `flexai admin user high-priority {self.owner} "
+                "--allow`",
+                field="priority",
+            )  # fmt: skip
+        defaults = {"priority": DEFAULT_PRIORITY, "preemptible": default_preemptible(priority),
+                    "max_retries": 0, "retry_on_exit_codes": []}  # fmt: skip
+        for key, default in defaults.items():
+            if spec[key] is None or spec[key] == default:
+                del spec[key]
+
+    def _may_use_high_priority(self) -> bool:
+        if self.high_priority is None:  # asked once for a whole list
+            self.high_priority = self.services.identities.may_use_high_priority(self.owner)
+        return self.high_priority
 
     def _checkpoint(self, wanted: str) -> str:
         if wanted not in self.checkpoints:

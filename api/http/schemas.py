@@ -8,11 +8,18 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import domain.values as values
+from api.http.sharing_schemas import (
+    JobAttemptsPublic,
+    MaxRetries,
+    Preemptible,
+    Priority,
+    RetryExitCodes,
+)
 from api.http.upload_schemas import RecordedOutput
 from domain.values import InvalidValue
 
 
-def _bounded(check: Callable[..., Any], **kwargs: Any) -> AfterValidator:
+def bounded(check: Callable[..., Any], **kwargs: Any) -> AfterValidator:
     """A pydantic validator running one check of :mod:`domain.values` (the ledger's bounds)."""
 
     def validate(value: Any) -> Any:
@@ -29,15 +36,15 @@ def _bounded(check: Callable[..., Any], **kwargs: Any) -> AfterValidator:
 
 
 def _text(max_length: int, *, multiline: bool = False) -> AfterValidator:
-    return _bounded(values.check_text, max_length=max_length, multiline=multiline)
+    return bounded(values.check_text, max_length=max_length, multiline=multiline)
 
 
-JobName = Annotated[str, _bounded(values.check_job_name)]
+JobName = Annotated[str, bounded(values.check_job_name)]
 Text = Annotated[str, _text(values.MAX_LABEL)]
-Message = Annotated[str, _bounded(values.check_message)]
-FailureCode = Annotated[str, _bounded(values.check_failure_code)]
-Commit = Annotated[str, _bounded(values.check_commit)]
-Accelerators = Annotated[list[int], _bounded(values.check_accelerators)]
+Message = Annotated[str, bounded(values.check_message)]
+FailureCode = Annotated[str, bounded(values.check_failure_code)]
+Commit = Annotated[str, bounded(values.check_commit)]
+Accelerators = Annotated[list[int], bounded(values.check_accelerators)]
 ExitCode = Annotated[int, Field(ge=0, le=values.MAX_EXIT_CODE)]
 BigCount = Annotated[int, Field(ge=0, le=values.BIGINT_MAX)]
 BYTES_BODY = {"requestBody": {"required": True, "content": {
@@ -53,7 +60,7 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: JobName = Field(description=values.NAME_RULE)
-    repository_url: Annotated[str, _bounded(values.check_repository_url)] = Field(
+    repository_url: Annotated[str, bounded(values.check_repository_url)] = Field(
         min_length=1,
         description="https://, ssh://, user@host:path, or an absolute path or file:// URL on "
         "the node (the server's --allowed-repo-schemes say which)",
@@ -62,13 +69,13 @@ class JobCreate(BaseModel):
     requirements_path: Annotated[str, _text(values.MAX_PATH)] = "requirements.txt"
     accels: int = Field(default=1, ge=1, le=values.MAX_ACCELS)
     nodes: int = Field(default=1, ge=1, le=values.MAX_NODES)
-    env: Annotated[dict[str, str], _bounded(values.check_env)] = Field(default_factory=dict)
-    secrets: Annotated[dict[str, str], _bounded(values.check_secrets)] = Field(
+    env: Annotated[dict[str, str], bounded(values.check_env)] = Field(default_factory=dict)
+    secrets: Annotated[dict[str, str], bounded(values.check_secrets)] = Field(
         default_factory=dict
     )
-    datasets: Annotated[list[str], _bounded(values.check_datasets)] = Field(default_factory=list)
+    datasets: Annotated[list[str], bounded(values.check_datasets)] = Field(default_factory=list)
     checkpoint: Text | None = None
-    entry_point: Annotated[list[str], _bounded(values.check_entry_point)] = Field(min_length=1)
+    entry_point: Annotated[list[str], bounded(values.check_entry_point)] = Field(min_length=1)
     time_limit_s: int | None = Field(
         default=None, ge=1, le=values.MAX_TIME_LIMIT_S,
         description="end the job (failed, time_limit_exceeded) past this many seconds of "
@@ -79,6 +86,10 @@ class JobCreate(BaseModel):
         description="seconds between SIGTERM and SIGKILL when the job is stopped or ended "
         "(default: the agent's --stop-grace)",
     )
+    priority: Priority = "normal"
+    preemptible: Preemptible = None
+    max_retries: MaxRetries = 0
+    retry_on_exit_codes: RetryExitCodes = Field(default_factory=list)
 
 
 class Actor(BaseModel):
@@ -124,7 +135,7 @@ class JobSummary(BaseModel):
     """Why a waiting job (scheduling, enqueued) waits, in one line."""
 
 
-class JobPublic(JobSummary):
+class JobPublic(JobAttemptsPublic, JobSummary):
     spec: dict[str, Any]
     commit: str | None
     accelerators: list[int]
@@ -213,7 +224,7 @@ class Gpu(BaseModel):
 
 
 class NodeRegister(BaseModel):
-    name: Annotated[str, _bounded(values.check_node_name)]
+    name: Annotated[str, bounded(values.check_node_name)]
     accels: int = Field(ge=0, le=values.MAX_ACCELS)
     accel_type: Annotated[str, _text(values.MAX_ACCEL_TYPE)] = "cpu"
     agent_id: str = Field(
@@ -221,7 +232,7 @@ class NodeRegister(BaseModel):
         description="the agent's lasting identity (kept in its work directory): one live "
         "agent per node name",
     )
-    address: Annotated[str, _bounded(values.check_address)] | None = Field(
+    address: Annotated[str, bounded(values.check_address)] | None = Field(
         default=None, description="how the node's peers reach it (a multi-node rendezvous)"
     )
     gpus: list[Gpu] = Field(default_factory=list, max_length=values.MAX_ACCELS)
@@ -250,6 +261,8 @@ class Assignment(BaseModel):
     """The indices the control plane allocated to the job on this node, once it runs."""
     rendezvous: Rendezvous | None = None
     """Where a multi-node job's ranks meet (node 0), once it runs."""
+    attempt: int = 1  # the job's current attempt, from 1: one more at each preemption or retry
+    preempt: bool = False  # in progress, and this node is to stop it for a higher-priority job
 
 
 class Assignments(BaseModel):
@@ -350,60 +363,3 @@ class DatasetDetail(DatasetPublic):
 
 
 # -- secrets (values go in, never out, but to the agent running a job that uses them) --------
-
-
-def _secret_value(value: str) -> str:
-    """A value an environment variable can hold; an error never quotes it."""
-    if "\x00" in value:
-        raise ValueError("must not hold a NUL byte (an environment variable cannot)")
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text") from None
-    if size > values.MAX_SECRET_VALUE:
-        raise ValueError(f"is {size} bytes; at most {values.MAX_SECRET_VALUE} are accepted")
-    if len(value) < values.MIN_SECRET_VALUE:
-        raise ValueError(
-            f"is {len(value)} characters; a secret needs at least {values.MIN_SECRET_VALUE} (its "
-            "logs show *** wherever it appears, so a shorter one would hide those characters "
-            "everywhere in them)"
-        )
-    return value
-
-
-SecretName = Annotated[str, _bounded(values.check_secret_name)]
-SecretText = Annotated[str, Field(min_length=1), AfterValidator(_secret_value)]
-
-
-class SecretValue(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    value: SecretText = Field(description="the secret's value (UTF-8 text, 4 characters to 64 KiB)")
-
-
-class SecretCreate(SecretValue):
-    name: SecretName = Field(description=values.SECRET_RULE)
-
-
-class SecretPublic(BaseModel):
-    """A secret as its owner sees it: its name and dates, never its value."""
-
-    name: str
-    created_at: str
-    updated_at: str
-
-
-class SecretsPublic(BaseModel):
-    secrets: list[SecretPublic]
-    count: int
-
-
-class SecretDeleted(BaseModel):
-    name: str
-    deleted_at: str
-
-
-class JobSecretValues(BaseModel):
-    """For the agent running the job: each ``--secret`` variable and its value."""
-
-    secrets: dict[str, str]

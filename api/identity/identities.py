@@ -37,6 +37,11 @@ SCHEMA = [
     "CREATE INDEX IF NOT EXISTS access_tokens_user ON access_tokens (user_name)",
     "CREATE INDEX IF NOT EXISTS access_tokens_node ON access_tokens (node_name)",
 ]
+USER_COLUMNS = {
+    "quota_accels": "BIGINT", "high_priority": "INTEGER NOT NULL DEFAULT 0",
+    "limits_set_by": "TEXT", "limits_set_at": "TEXT",
+}  # fmt: skip
+"""Columns ``users`` gained after its first release, added to a database made before them."""
 ADMIN_USER = "admin"
 """The first user, made with the server: its token is ``<data-dir>/admin.token``."""
 USER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
@@ -113,6 +118,18 @@ def check_user_name(name: str) -> str:
     return name
 
 
+def _user_not_found(name: str) -> IdentityError:
+    return IdentityError(
+        404, "user-not-found", "User not found",
+        f"there is no user {name}; `flexai admin user create {name}` makes one "
+        "(with its first token)",
+    )  # fmt: skip
+
+
+def _count(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -129,7 +146,23 @@ class Identities:
         with database.transaction(write=True) as cursor:
             for statement in SCHEMA:
                 cursor.execute(statement)
+            self._add_user_columns(cursor)
             self._adopt_old_tokens(cursor)
+
+    def _add_user_columns(self, cursor: Cursor) -> None:
+        """The columns of :data:`USER_COLUMNS` that an older database's ``users`` lacks."""
+        postgres = self.database.dialect == "postgres"
+        cursor.execute(
+            "SELECT column_name AS name FROM information_schema.columns WHERE "
+            "table_schema = current_schema() AND table_name = 'users'"
+            if postgres
+            else "SELECT name FROM pragma_table_info('users')"
+        )
+        present = {str(row["name"]) for row in cursor.fetchall()}
+        guard = "IF NOT EXISTS " if postgres else ""  # replicas may start at the same moment
+        for column, kind in USER_COLUMNS.items():
+            if column not in present:
+                cursor.execute(f"ALTER TABLE users ADD COLUMN {guard}{column} {kind}")
 
     def _adopt_old_tokens(self, cursor: Cursor) -> None:
         """Tokens of a server from before users (one table of hashes, all the admin's)."""
@@ -187,19 +220,61 @@ class Identities:
     def users(self) -> list[dict[str, Any]]:
         with self.database.transaction() as cursor:
             cursor.execute(
-                "SELECT u.name, u.admin, u.created_at, u.created_by, (SELECT COUNT(*) FROM "
+                "SELECT u.name, u.admin, u.created_at, u.created_by, u.quota_accels, "
+                "u.high_priority, u.limits_set_by, u.limits_set_at, (SELECT COUNT(*) FROM "
                 "access_tokens t WHERE t.user_name = u.name AND t.revoked_at IS NULL) AS tokens "
                 "FROM users u ORDER BY u.name"
             )
             return [
-                {**row, "admin": bool(row["admin"]), "tokens": int(row["tokens"])}
+                {**row, "admin": bool(row["admin"]), "tokens": int(row["tokens"]),
+                 "high_priority": bool(row["high_priority"]),
+                 "quota_accels": _count(row["quota_accels"])}
                 for row in cursor.fetchall()
-            ]
+            ]  # fmt: skip
 
     def user_exists(self, name: str) -> bool:
         with self.database.transaction() as cursor:
             cursor.execute("SELECT 1 AS found FROM users WHERE name = ?", (name,))
             return cursor.fetchone() is not None
+
+    # -- what users may ask of the shared fleet ------------------------------------------
+
+    def set_quota(self, name: str, accels: int | None, by: str) -> None:
+        """At most ``accels`` accelerators of ``name``'s jobs running at once; None: no quota."""
+        if accels is not None and accels < 0:
+            raise IdentityError(
+                422, "invalid-request", "Invalid quota",
+                f"a quota of {accels} accelerators is not valid: give 0 or more, or none",
+            )  # fmt: skip
+        self._set_user(name, "quota_accels", accels, by)
+
+    def set_high_priority(self, name: str, allowed: bool, by: str) -> None:
+        """Whether ``name`` may submit ``priority: high`` jobs (admins always may)."""
+        self._set_user(name, "high_priority", int(allowed), by)
+
+    def _set_user(self, name: str, column: str, value: Any, by: str) -> None:
+        """One of the user's limits set, and who set one last, and when."""
+        with self.database.transaction(write=True) as cursor:
+            cursor.execute(
+                f"UPDATE users SET {column} = ?, limits_set_by = ?, limits_set_at = ? "
+                "WHERE name = ? RETURNING name",
+                (value, by, _now(), name),
+            )
+            if cursor.fetchone() is None:
+                raise _user_not_found(name)
+
+    def quotas(self) -> dict[str, int]:
+        """Each user with a quota and its accelerators (the scheduler asks every round)."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT name, quota_accels FROM users WHERE quota_accels IS NOT NULL")
+            return {str(row["name"]): int(row["quota_accels"]) for row in cursor.fetchall()}
+
+    def may_use_high_priority(self, name: str) -> bool:
+        """An admin, or a user an admin granted ``priority: high``."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT admin, high_priority FROM users WHERE name = ?", (name,))
+            row = cursor.fetchone()
+        return row is not None and bool(row["admin"] or row["high_priority"])
 
     # -- tokens --------------------------------------------------------------------------
 
@@ -207,11 +282,7 @@ class Identities:
         with self.database.transaction(write=True) as cursor:
             cursor.execute("SELECT 1 AS found FROM users WHERE name = ?", (user,))
             if cursor.fetchone() is None:
-                raise IdentityError(
-                    404, "user-not-found", "User not found",
-                    f"there is no user {user}; `flexai admin user create {user}` makes one "
-                    "(with its first token)",
-                )  # fmt: skip
+                raise _user_not_found(user)
             return self._issue(cursor, user=user, node=None, label=label, by=by)
 
     def issue_node_token(self, node: str, *, label: str, by: str) -> IssuedToken:

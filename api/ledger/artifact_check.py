@@ -21,12 +21,15 @@ from api.artifacts.store import ArtifactStore, checkpoint_key, dataset_key, outp
 from domain.application import TrainingJobs
 from domain.datasets import Dataset
 from domain.events import event_name
+from domain.job_attempts import JobAttempts
 from domain.topics import JOB_EVENT_TOPICS
 
 Depth = Literal["none", "shallow", "deep"]
 PAGE = 500
 JOB_EVENTS = ("CheckpointRecorded", "OutputsRecorded", "ArtifactsPurged")
 DATASET_EVENTS = ("Created", "Pushed")
+ATTEMPT_EVENTS = ("Retried", "Preempted")
+"""A job's attempt ends: the outputs recorded after are the next attempt's (a key of its own)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ def ledger_artifacts(jobs: TrainingJobs) -> list[Artifact]:
     found: dict[str, Artifact] = {}
     purged: set[str] = set()
     datasets: dict[str, str] = {}
+    attempts: dict[str, int] = {}
     for event in _events(jobs):
         name, origin = event_name(event), str(event.originator_id)
         if type(event).__qualname__.startswith("Dataset."):
@@ -61,8 +65,11 @@ def ledger_artifacts(jobs: TrainingJobs) -> list[Artifact]:
             key = checkpoint_key(origin, checkpoint["id"])
             found[key] = Artifact("checkpoint", key, checkpoint.get("archive_size"),
                                   checkpoint.get("sha256"), job_id=origin)  # fmt: skip
+        elif name in ATTEMPT_EVENTS:
+            attempts[origin] = int(event.attempt) + 1
         elif name == "OutputsRecorded":
-            key = output_key(origin, event.node_index)
+            attempt = int(getattr(event, "attempt", None) or attempts.get(origin, 1))
+            key = output_key(origin, event.node_index, attempt)
             found[key] = Artifact("output", key, event.size, event.sha256, job_id=origin)
         elif name == "ArtifactsPurged":
             purged.add(origin)
@@ -72,6 +79,7 @@ def ledger_artifacts(jobs: TrainingJobs) -> list[Artifact]:
 def _events(jobs: TrainingJobs) -> Iterator[Any]:
     """The ledger's events that name artifacts, decoded, in the order they were recorded."""
     wanted = (tuple(prefix + name for prefix in JOB_EVENT_TOPICS for name in JOB_EVENTS)
+              + tuple(f"{get_topic(JobAttempts)}.{name}" for name in ATTEMPT_EVENTS)
               + tuple(f"{get_topic(Dataset)}.{name}" for name in DATASET_EVENTS))  # fmt: skip
     start = 1
     while True:

@@ -101,9 +101,12 @@ class PostgresLeaderLock:
         return True
 
     def release(self) -> None:
-        """Close the connection: PostgreSQL releases the lock with the session."""
+        """Unlock, then close the connection: the next server takes the lock at once (the
+        session's end would release it too, but a moment after the close returns)."""
         connection, self._connection = self._connection, None
         if connection is not None:
+            with suppress(psycopg.Error):
+                connection.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
             with suppress(psycopg.Error):
                 connection.close()
 

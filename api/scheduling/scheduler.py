@@ -27,10 +27,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from api.scheduling.fleet import Fleet
 from api.scheduling.leadership import RETRY_S, LeaderLock
 from api.services import Services
 from common.durations import human_duration
 from domain.errors import DomainError
+from domain.policy import Preempt, plan
 from domain.scheduling import Assign, NodeCapacity, Reject, Wait, choose_node
 from domain.statuses import Status
 from projections.db import is_unavailable
@@ -60,6 +62,9 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
+        self.fleet = Fleet(services)
+        self._held: dict[str, int] = {}
+        """What each owner's jobs held or were placed for at the last round's start."""
 
     def run_once(self) -> None:
         services = self.services
@@ -86,44 +91,77 @@ class Scheduler:
     # -- placing ----------------------------------------------------------------------------
 
     def _place(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
-        services = self.services
+        """Place the jobs waiting in ``scheduling`` in the policy's order (priority, then fair
+        share, then age: :func:`domain.policy.plan`), and ask for the preemptions it names."""
+        services, fleet = self.services, self.fleet
+        now = time.time()
+        rows = {row["id"]: row for row in services.queries.jobs_in([Status.SCHEDULING])}
+        lined, running, held = fleet.on_nodes(now)
+        decided = plan(
+            fleet.queue(list(rows.values()), now), list(capacity.values()), lined, running,
+            fleet.usage(now), fleet.quotas(), held, services.settings.scheduling_patience_s,
+            services.settings.preempt_after_s,
+        )  # fmt: skip
+        fleet.forget({*rows, *fleet.documents})
+        self._held = held
         waits: dict[str, dict[str, Any]] = {}
-        waiting = services.queries.jobs_in([Status.SCHEDULING])
         seen: dict[str, str] | None = None  # when each node was last heard of, read once
         saves: list[Command] = []
-        for row in waiting:
-            waited = datetime.now(UTC) - datetime.fromisoformat(row["updated_at"])
-            decision = choose_node(
-                row["accels"], row["nodes"], list(capacity.values()),
-                waited.total_seconds(), services.settings.scheduling_patience_s,
-            )  # fmt: skip
-            job_id = UUID(row["id"])
+        for place, job_id in enumerate(decided.order, start=1):
+            row, decision = rows[job_id], decided.decisions[job_id]
             if isinstance(decision, Assign):
-                saves.append(self._assign(services.jobs.assign, job_id, row, decision, capacity))
+                saves.append(self._assign(services.jobs.assign, UUID(job_id), row, decision,
+                                          capacity))  # fmt: skip
             elif isinstance(decision, Reject):
-                saves.append((services.jobs.reject, (job_id, decision.code, decision.message)))
+                saves.append((services.jobs.reject, (UUID(job_id), decision.code,
+                                                     decision.message)))  # fmt: skip
             else:
                 seen = services.state.last_seen() if seen is None else seen
-                waits[row["id"]] = _scheduling_wait(row, decision, seen)
+                waits[job_id] = {**_scheduling_wait(row, decision, seen), "place": place,
+                                 "of": len(decided.order), "order": decided.reasons[job_id]}
         self._save_side_by_side(saves)
+        self._preempt(decided.preemptions)
         return waits
 
+    def _preempt(self, preemptions: Sequence[Preempt]) -> None:
+        """Ask each victim's nodes to stop it, naming the job that takes its place."""
+        asked: set[str] = set()
+        for preemption in preemptions:
+            victim, document = preemption.victim, self.fleet.documents.get(preemption.for_job)
+            if victim in asked or document is None:
+                continue
+            asked.add(victim)
+            log.info("job %s is preempted for %s's job %s", victim, document["owner"],
+                     document["name"])  # fmt: skip
+            self._try(self.services.jobs.request_preemption, UUID(victim), document["name"],
+                      document["owner"])  # fmt: skip
+
     def _take_pending(self, capacity: dict[str, NodeCapacity], fast: bool) -> None:
-        """New jobs start scheduling; while no older job waits, one with room on nodes now is
-        placed in the same save (a burst of submissions is not two rounds each)."""
+        """New jobs start scheduling; while no older job waits, one with room on nodes now and
+        within its owner's quota is placed in the same save (a burst of submissions is not
+        two rounds each), higher priorities first."""
         services = self.services
+        pending = services.queries.jobs_in([Status.PENDING])
+        static = self.fleet.static([row["id"] for row in pending]) if fast else {}
+        quotas = self.fleet.quotas() if fast else {}
+        held = dict(self._held)
+        pending.sort(key=lambda row: -static.get(row["id"], ("", 1, False))[1])
         saves: list[Command] = []
-        for row in services.queries.jobs_in([Status.PENDING]):
+        for row in pending:
             job_id = UUID(row["id"])
             decision = None
-            if fast:
+            owner = static.get(row["id"], (row["owner"], 1, False))[0]
+            cost = int(row["accels"]) * int(row["nodes"])
+            within = owner not in quotas or held.get(owner, 0) + cost <= quotas[owner]
+            if fast and within:
                 decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
                                        0.0, services.settings.scheduling_patience_s)  # fmt: skip
             if isinstance(decision, Assign):
+                held[owner] = held.get(owner, 0) + cost
                 saves.append(self._assign(services.jobs.schedule_onto, job_id, row, decision,
                                           capacity))  # fmt: skip
                 continue
-            fast = False  # it waits: those after it wait behind it
+            fast = fast and not within  # it waits: those after it wait behind it
             saves.append((services.jobs.begin_scheduling, (job_id,)))
         self._save_side_by_side(saves)
 
@@ -138,6 +176,7 @@ class Scheduler:
                  for node in decision.nodes]  # fmt: skip
         for node in decision.nodes:
             capacity[node.node_id] = capacity[node.node_id].taking(row["accels"])
+        self._held[row["owner"]] = self._held.get(row["owner"], 0) + row["accels"] * row["nodes"]
         return command, (job_id, decision.node_id, decision.node_name, nodes)
 
     def _save_side_by_side(self, saves: Sequence[Command]) -> None:
@@ -168,6 +207,10 @@ class Scheduler:
 
     # -- why jobs wait ----------------------------------------------------------------------
 
+    def _line_rank(self, job_id: str) -> int:
+        """A job's priority rank, as its place in every node's line begins with it."""
+        return self.fleet.static([job_id]).get(job_id, ("", 1, False))[1]
+
     def _explain_enqueued(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
         services = self.services
         holders: dict[str, list[dict[str, Any]]] = {}
@@ -182,7 +225,8 @@ class Scheduler:
                 node_id = placement["node_id"]
                 if node_id not in holders:
                     holders[node_id] = services.queries.holders(node_id)
-                nodes.append(_node_wait(row, placement, capacity.get(node_id), holders[node_id]))
+                nodes.append(_node_wait(row, placement, capacity.get(node_id), holders[node_id],
+                                        self._line_rank))  # fmt: skip
             waits[row["id"]] = _enqueued_wait(row, nodes)
         return waits
 
@@ -338,7 +382,7 @@ def _scheduling_wait(row: dict[str, Any], decision: Wait, seen: dict[str, str]) 
 
 def _node_wait(
     row: dict[str, Any], placement: dict[str, Any], node: NodeCapacity | None,
-    holders: list[dict[str, Any]],
+    holders: list[dict[str, Any]], rank: Callable[[str], int],
 ) -> dict[str, Any]:  # fmt: skip
     """One node an enqueued job waits on: who holds its accelerators, who is ahead in line."""
     held_by = [
@@ -349,7 +393,8 @@ def _node_wait(
     ahead = [
         holder["name"] for holder in holders
         if holder["status"] == Status.ENQUEUED.value and holder["job_id"] != row["id"]
-        and (holder["created_at"], holder["job_id"]) < (row["created_at"], row["id"])
+        and (-rank(holder["job_id"]), holder["created_at"], holder["job_id"])
+        < (-rank(row["id"]), row["created_at"], row["id"])
     ]  # fmt: skip
     total = node.accels if node else 0
     held = node.held if node else 0

@@ -4,7 +4,7 @@ mechanics of :mod:`cli.client.http`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -17,9 +17,16 @@ from common.client_config import load_client_config
 from common.transfer import Altered, Fetched, Refused, Unavailable, fetch
 
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
+ATTEMPT_HEADER = "X-Flexai-Attempt"
+"""The attempt a log answer is of."""
 FETCH_PATIENCE_S = 10.0
 """How long `fetch` keeps trying while the store or the control plane is away (or after a
 cut without progress) before it says so."""
+
+
+def _of(attempt: int | None) -> str:
+    """The query that names an attempt (none: the server's default)."""
+    return "" if attempt is None else f"?attempt={int(attempt)}"
 
 
 def _segment(value: str | int) -> str:
@@ -84,16 +91,21 @@ class ApiClient(HttpSession):
         """``GET /v1/jobs/{name}/checkpoints``: ``{"checkpoints": [...]}``, oldest first."""
         return self._json("GET", f"/v1/jobs/{_segment(name)}/checkpoints")
 
-    def fetch_output(self, name: str, node_index: int, destination: Path) -> Fetched:
+    def fetch_output(
+        self, name: str, node_index: int, destination: Path, attempt: int | None = None
+    ) -> Fetched:
         """``GET /v1/jobs/{name}/outputs/{node_index}`` into ``destination``: from the store
-        the answer redirects to, resumed after a cut, kept only whole and verified."""
-        path = f"/v1/jobs/{_segment(name)}/outputs/{_segment(node_index)}"
+        the answer redirects to, resumed after a cut, kept only whole and verified. The output
+        of ``attempt`` (default: the last attempt that recorded outputs)."""
+        path = f"/v1/jobs/{_segment(name)}/outputs/{_segment(node_index)}{_of(attempt)}"
         return self._fetch(path, f"output_{node_index}.zip of job '{name}'", destination)
 
-    def fetch_output_by_id(self, job_id: str, node_index: int, destination: Path) -> Fetched:
+    def fetch_output_by_id(
+        self, job_id: str, node_index: int, destination: Path, attempt: int | None = None
+    ) -> Fetched:
         """``GET /v1/audit/jobs/{job_id}/outputs/{node_index}``: a job's output by its id,
         deleted or not, as :meth:`fetch_output` does."""
-        path = f"/v1/audit/jobs/{_segment(job_id)}/outputs/{_segment(node_index)}"
+        path = f"/v1/audit/jobs/{_segment(job_id)}/outputs/{_segment(node_index)}{_of(attempt)}"
         return self._fetch(path, f"output_{node_index}.zip of job {job_id}", destination)
 
     def _fetch(self, path: str, what: str, destination: Path) -> Fetched:
@@ -110,25 +122,40 @@ class ApiClient(HttpSession):
                            "the stored archive was altered (tell an operator)") from None
 
     def iter_logs(
-        self, name: str, *, follow: bool = False, offset: int = 0, node_index: int = 0
-    ) -> Iterator[bytes]:
-        """``GET /v1/jobs/{name}/logs``: the log bytes from ``offset`` as they come.
+        self, name: str, *, follow: bool = False, offset: int = 0, node_index: int = 0,
+        attempt: int | None = None, moved_on: Callable[[int, dict[str, Any]], None] | None = None,
+    ) -> Iterator[bytes]:  # fmt: skip
+        """``GET /v1/jobs/{name}/logs``: the log bytes of ``attempt`` (default: the job's
+        current one, which a reconnection keeps to) from ``offset`` as they come.
 
-        With ``follow`` the server keeps the answer open until the job is terminal and every
-        line was sent. If the connection breaks on the way, reconnect at the byte reached.
+        With ``follow`` the server keeps the answer open until the job is terminal, or has
+        moved on past the attempt (then ``moved_on(attempt, job)`` is called), and every line
+        of the attempt was sent. If the connection breaks on the way, reconnect at the byte
+        reached.
         """
         path = f"/v1/jobs/{_segment(name)}/logs"
         params = {"node_index": str(node_index)} if node_index else {}
-        yield from self._resumed_stream(
-            path, params, offset=offset, follow=follow,
-            finished=lambda: self._status(name) in TERMINAL_STATUSES,
-        )  # fmt: skip
+        if attempt is not None:
+            params["attempt"] = str(attempt)
 
-    def _status(self, name: str) -> str:
-        """The job's status; a transport failure is raised as is (a follower retries it)."""
+        def finished() -> bool:
+            job = self._job(name)
+            followed = params.get("attempt")
+            if followed is not None and int(job.get("attempt") or 1) > int(followed):
+                if moved_on is not None:
+                    moved_on(int(followed), job)
+                return True
+            return str(job["status"]) in TERMINAL_STATUSES
+
+        yield from self._resumed_stream(path, params, offset=offset, follow=follow,
+                                        finished=finished, sticky={ATTEMPT_HEADER: "attempt"})
+
+    def _job(self, name: str) -> dict[str, Any]:
+        """The job; a transport failure is raised as is (a follower retries it)."""
         response = self._http.get(f"/v1/jobs/{_segment(name)}")
         self._raise_for_problem(response)
-        return str(response.json()["status"])
+        job: dict[str, Any] = response.json()
+        return job
 
     # --- debug sessions ------------------------------------------------------------------
 
@@ -200,6 +227,16 @@ class ApiClient(HttpSession):
     def list_users(self) -> dict[str, Any]:
         """``GET /v1/admin/users``."""
         return self._json("GET", "/v1/admin/users")
+
+    def set_quota(self, name: str, accels: int | None) -> dict[str, Any]:
+        """``PUT /v1/admin/users/{name}/quota``: its accelerators at once (None: no quota)."""
+        return self._json("PUT", f"/v1/admin/users/{_segment(name)}/quota",
+                          json={"accels": accels})  # fmt: skip
+
+    def set_high_priority(self, name: str, allowed: bool) -> dict[str, Any]:
+        """``PUT /v1/admin/users/{name}/high-priority``: may it submit priority high jobs."""
+        return self._json("PUT", f"/v1/admin/users/{_segment(name)}/high-priority",
+                          json={"allowed": allowed})  # fmt: skip
 
     def create_token(self, *, user: str | None = None, label: str = "") -> dict[str, Any]:
         """``POST /v1/tokens``: a token of the caller's (an admin: of ``user``), shown once."""

@@ -99,11 +99,15 @@ class HttpSession:
         offset: int,
         follow: bool,
         finished: Callable[[], bool],
+        sticky: dict[str, str] | None = None,
     ) -> Iterator[bytes]:
         """``GET path`` from byte ``offset`` as the bytes come (``params`` besides).
 
         With ``follow`` the server keeps the answer open; if it ends before ``finished()``
-        or the connection breaks on the way, reconnect at the byte reached.
+        or the connection breaks on the way, reconnect at the byte reached. ``sticky``: answer
+        headers whose value a reconnection sends back as the query parameter they map to (the
+        attempt a log answer was of, so that the bytes reached stay that attempt's); ``params``
+        gets them.
         """
         failures = 0
         while True:
@@ -114,6 +118,9 @@ class HttpSession:
                     "GET", path, params=query, timeout=FOLLOW_TIMEOUT if follow else None
                 ) as response:
                     connected = True
+                    for header, param in (sticky or {}).items():
+                        if header in response.headers and param not in params:
+                            params[param] = response.headers[header]
                     for chunk in response.iter_bytes():
                         failures = 0
                         offset += len(chunk)

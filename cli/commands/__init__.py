@@ -3,7 +3,8 @@
 Each module's docstring is its help text (first line: the summary in the command list) and it
 defines ``configure(parser)`` and ``execute(args) -> int``. Modules import only the standard
 library at the top; the HTTP client is imported inside ``execute`` so that ``--help`` is instant.
-Imports: cli.client, cli.errors, cli.output, cli.sshproxy, cli.sweeps, cli.timetravel, common
+Imports: cli.client, cli.errors, cli.output, cli.sharing_flags, cli.sshproxy, cli.sweeps,
+cli.timetravel, common
 (inside ``execute``, but for the standard library)."""
 
 from __future__ import annotations
@@ -40,4 +41,23 @@ def add_owner_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--owner", metavar="USER",
         help="act on that user's job (admins only; your own by default)",
+    )  # fmt: skip
+
+
+def _attempt(value: str) -> int:
+    try:
+        attempt = int(value)
+    except ValueError:
+        attempt = 0
+    if not 1 <= attempt <= 1000:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1000, not {value!r}")
+    return attempt
+
+
+def add_attempt_flag(parser: argparse.ArgumentParser, what: str, default: str) -> None:
+    """``--attempt K``: which attempt of a job preempted or retried (each keeps its own)."""
+    parser.add_argument(
+        "--attempt", type=_attempt, metavar="K",
+        help=f"{what} of the job's attempt K (1 is its first run; a job preempted or retried "
+             f"runs again as the next attempt; default: {default})",
     )  # fmt: skip

@@ -8,6 +8,9 @@ is the one the job's ledger recorded (a file whose bytes differ is refused, nami
 hashes); an existing file of that name is replaced. An interrupted download resumes where it
 stopped, also when `fetch` is run again.
 
+A job that was preempted or retried ran several attempts, each with its own output: --attempt K
+fetches attempt K's (default: the last attempt that recorded outputs, else the last).
+
 A deleted job keeps its artifacts: `--id JOB_ID` (from `flexai training history NAME --all`)
 fetches them, until an admin purges them (`flexai admin purge`: then it says when).
 """
@@ -19,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cli.commands import add_owner_flag
+from cli.commands import add_attempt_flag, add_owner_flag
 
 
 def _node_index(value: str) -> int:
@@ -54,6 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="INDEX",
         help="whose output to fetch, for multi-node jobs (default: every node's)",
     )
+    add_attempt_flag(parser, "the output",
+                     "the last attempt that recorded outputs, else the last")  # fmt: skip
 
 
 def _job_id(value: str) -> str:
@@ -88,8 +93,8 @@ def _download(client: Any, args: argparse.Namespace, index: int, directory: Path
 
     target = (directory / f"output_{index}.zip").resolve()
     if args.job_id is not None:
-        fetched = client.fetch_output_by_id(args.job_id, index, target)
+        fetched = client.fetch_output_by_id(args.job_id, index, target, args.attempt)
     else:
-        fetched = client.fetch_output(args.name, index, target)
+        fetched = client.fetch_output(args.name, index, target, args.attempt)
     checked = f", SHA-256 {fetched.sha256}" if fetched.verified else ""
     print(f"Downloaded {target} ({format_size(fetched.size)}, {fetched.size} bytes{checked})")

@@ -4,6 +4,10 @@ The build and run output, as the node shipped it. With --follow, keeps streaming
 reaches a terminal status and every line was shown, then exits; press Ctrl-C to stop following
 sooner. A job on several nodes shows every node's lines, each prefixed with its node index
 (`[1] step 10 ...`), as they come; --node-index shows one node's, as they are.
+
+A job that was preempted or retried ran several attempts, each with its own log: --attempt K
+shows attempt K's (default: the last, the job's current one). A follow of an attempt ends when
+the job moves on to its next attempt, saying how to follow that one.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from cli.commands import add_name, add_owner_flag
+from cli.commands import add_attempt_flag, add_name, add_owner_flag
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,30 +32,58 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--node-index", type=int, metavar="INDEX",
         help="one node's output only, for multi-node jobs (default: every node's, prefixed)",
     )  # fmt: skip
+    add_attempt_flag(parser, "the log", "the last attempt, the job's current one")
 
 
 def execute(args: argparse.Namespace) -> int:
     from cli.client.api import ApiClient
 
     out = sys.stdout.buffer
+    told = NextAttempt()
     with ApiClient.from_config(owner=args.owner) as client:
         if args.node_index is not None:
-            _copy(client.iter_logs(args.name, follow=args.follow, node_index=args.node_index), out)
+            _copy(client.iter_logs(args.name, follow=args.follow, node_index=args.node_index,
+                                   attempt=args.attempt, moved_on=told), out)  # fmt: skip
             return 0
         job = client.get_job(args.name)
         nodes = max(len(job.get("placements") or []), int(job.get("nodes") or 1))
+        # Every node's stream reads the same attempt, even if the job moves on meanwhile.
+        attempt = args.attempt if args.attempt is not None else job.get("attempt")
         if nodes == 1:
-            _copy(client.iter_logs(args.name, follow=args.follow), out)
+            _copy(client.iter_logs(args.name, follow=args.follow, attempt=args.attempt,
+                                   moved_on=told), out)  # fmt: skip
         elif not args.follow:
             for index in range(nodes):
                 prefix = Prefixer(index)
-                for chunk in client.iter_logs(args.name, node_index=index):
+                for chunk in client.iter_logs(args.name, node_index=index, attempt=attempt):
                     out.write(prefix.lines(chunk))
                 out.write(prefix.rest())
             out.flush()
         else:
-            _follow_all(client, args.name, nodes, out)
+            _follow_all(client, args.name, nodes, out, attempt, told)
     return 0
+
+
+class NextAttempt:
+    """Says once, after a follow, that the job moved on past the followed attempt, why, and
+    how to follow the next one."""
+
+    def __init__(self) -> None:
+        self._told = False
+        self._lock = threading.Lock()
+
+    def __call__(self, attempt: int, job: dict[str, Any]) -> None:
+        with self._lock:
+            if self._told:
+                return
+            self._told = True
+        cause = next((str(entry["cause"]) for entry in job.get("attempts") or []
+                      if entry.get("attempt") == attempt and entry.get("cause")),
+                     "it ended")  # fmt: skip
+        name = job.get("name") or "NAME"
+        print(f"attempt {attempt} ended ({cause}); follow attempt {attempt + 1} with --attempt "
+              f"{attempt + 1}: flexai training logs {name} --follow --attempt {attempt + 1}",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _copy(chunks: Iterator[bytes], out: BinaryIO) -> None:
@@ -78,13 +110,15 @@ class Prefixer:
         return self.tag + rest + b"\n" if rest else b""
 
 
-def _follow_all(client: Any, name: str, nodes: int, out: BinaryIO) -> None:
+def _follow_all(client: Any, name: str, nodes: int, out: BinaryIO, attempt: int | None,
+                told: NextAttempt) -> None:  # fmt: skip
     """Every node's stream in a thread of its own; lines are written whole, as they come."""
     chunks: queue.Queue[tuple[int, bytes | BaseException | None]] = queue.Queue()
 
     def follow(index: int) -> None:
         try:
-            for chunk in client.iter_logs(name, follow=True, node_index=index):
+            for chunk in client.iter_logs(name, follow=True, node_index=index, attempt=attempt,
+                                          moved_on=told):  # fmt: skip
                 chunks.put((index, chunk))
         except BaseException as error:  # surfaced in the main thread
             chunks.put((index, error))

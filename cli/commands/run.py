@@ -10,6 +10,11 @@ FLEXAI_OUTPUT_CHECKPOINT_DIR (each file or directory written there becomes a che
 FLEXAI_INPUT_CHECKPOINT_DIR (the --checkpoint) and FLEXAI_INPUT_DIR (the --dataset's) are set,
 with the --env and --secret variables and CUDA_VISIBLE_DEVICES.
 
+On a shared fleet --priority orders the jobs waiting for the same accelerators; a preemptible
+job (--preemptible, the default for low priority) may be stopped for a high-priority one and
+resumes later from its last checkpoint; --max-retries N runs a job again from its last
+checkpoint when its node is lost (or it ends with a --retry-on-exit-codes code).
+
 With --sweep KEY=V1,V2,... (repeatable) it starts one job per combination of the values,
 named NAME-1, NAME-2, ... (the first --sweep varying slowest), each with its values in its
 environment as --env sets them; it prints each job's name, and fails (exit status 1) if any
@@ -31,6 +36,7 @@ from typing import Any
 
 from cli.commands import add_json_flag
 from cli.errors import CliError, UsageError
+from cli.sharing_flags import add_sharing_flags, sharing_fields
 from cli.sweeps import MAX_JOBS, in_requests, sweep_assignment, sweep_jobs, swept_values
 
 USAGE = "flexai training run NAME -u REPOSITORY_URL [options] -- ENTRY_POINT [ARGS ...]"
@@ -236,6 +242,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="between SIGTERM and SIGKILL when the job is stopped or ended "
         "(default: the agent's --stop-grace)",
     )
+    add_sharing_flags(parser)
     parser.add_argument(
         "--sweep",
         type=sweep_assignment,
@@ -291,6 +298,7 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         "stop_grace_s": getattr(args, "stop_grace", None),
     }
     job.update({key: value for key, value in optional.items() if value is not None})
+    job.update(sharing_fields(args))
     return job
 
 

@@ -16,6 +16,7 @@ from cli.output.formats import (
     format_size,
     format_timestamp,
 )
+from cli.output.sharing import attempts_detail, sharing_spec
 from cli.output.tables import render_table
 from cli.output.yaml_like import render_yaml
 from common.wording import asked_for, node_lines, place_in_line
@@ -74,7 +75,9 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         "checkpoint": spec.get("checkpoint"),
         "time limit": format_seconds(spec.get("time_limit_s")),
         "stop grace": format_seconds(spec.get("stop_grace_s")),
+        **sharing_spec(spec),
     }
+    detail.update(attempts_detail(job))
     placements = job.get("placements") or []
     if len(placements) > 1:
         detail["nodes"] = [_placement_line(p) for p in placements]
@@ -113,6 +116,8 @@ def waiting_detail(waiting: Mapping[str, Any]) -> dict[str, Any]:
     shown["nodes"] = node_lines(waiting, format_timestamp, ",")
     if (place := place_in_line(waiting)) is not None:
         shown["place in line"] = place
+    if waiting.get("order"):  # why it is at that place: priority, then fair share
+        shown["order"] = waiting["order"]
     return shown
 
 

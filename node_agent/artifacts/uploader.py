@@ -57,6 +57,8 @@ class Artifact:
     source: Path
     trusted: Path
     """The job's directory: no link is followed below it."""
+    attempt: int = 1
+    """The job's attempt an output directory is of."""
 
     @property
     def label(self) -> str:
@@ -88,8 +90,7 @@ class ArtifactUploader:
                 "node_index": artifact.node_index, "size_hint": size_hint}
         for attempt in range(RESTARTS + 1):
             waiting = _Waiting(self.client, artifact, self.give_up)
-            session = waiting.on(lambda: self.client.begin_upload(artifact.job_id, body,
-                                                                  retry_for=BLIP_S))  # fmt: skip
+            session = waiting.on(lambda: self._begin(artifact, body))
             if session.get("recorded"):
                 log.info("job %s: %s is recorded already", artifact.job_id, artifact.label)
                 return dict(session["recorded"])
@@ -102,6 +103,13 @@ class ArtifactUploader:
                     raise ApiError(409, {"detail": f"{artifact.label}: {gone}"}) from None
                 log.warning("job %s: %s begins again: %s", artifact.job_id, artifact.label, gone)
         raise AssertionError("unreachable")
+
+    def _begin(self, artifact: Artifact, body: dict[str, Any]) -> dict[str, Any]:
+        """An upload session; an output of a later attempt of the job says which."""
+        if artifact.kind == "output" and artifact.attempt > 1:
+            return self.client.begin_upload(artifact.job_id, body, retry_for=BLIP_S,
+                                            attempt=artifact.attempt)  # fmt: skip
+        return self.client.begin_upload(artifact.job_id, body, retry_for=BLIP_S)
 
     def _send(self, artifact: Artifact, parts: _Parts) -> dict[str, Any]:
         upload_id = parts.upload_id

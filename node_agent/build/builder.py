@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.build.datasets import DatasetCache, DatasetUnavailable, provide_datasets
-from node_agent.build.envcache import EnvCache, is_cacheable
+from node_agent.build.envcache import (
+    EnvCache,
+    add_host_site_packages,
+    is_cacheable,
+    python_info,
+)
 from node_agent.build.environment import (
     CachedEnvironment,
     EnvironmentFailed,
@@ -95,6 +100,7 @@ class JobBuild:
         caches: BuildCaches | None = None,
         asked: float | None = None,
         secrets: JobSecrets | None = None,
+        site_packages: bool = False,
     ) -> None:
         self.spec = spec
         self.dirs = dirs
@@ -115,6 +121,8 @@ class JobBuild:
         branches begun since then is recent enough for it. None: when the build begins."""
         self.secrets = secrets
         """The values of the job's ``--secret`` variables, fetched before the build."""
+        self.site_packages = site_packages
+        """The environment also sees ``python``'s own packages, behind its requirements."""
         self.commit: str | None = None
 
     def run(self) -> BuiltJob:
@@ -225,15 +233,18 @@ class JobBuild:
                 self.log("environment: not cached (the requirements name local paths or files)")
             self.create_venv()
             self.install(requirements)
-            return
-        step = CachedEnvironment(requirements, self.spec.requirements_path, self.python,
-                                 self._run_jobs_code, self.log, self.as_user)  # fmt: skip
-        try:
-            step.provide(self.caches.envs, self.dirs.venv, self.cancel)
-        except EnvironmentFailed as error:
-            raise BuildFailed("dependency_install_failed", str(error), self.commit) from None
-        except LockCancelled:
-            raise BuildCancelled() from None
+        else:
+            step = CachedEnvironment(requirements, self.spec.requirements_path, self.python,
+                                     self._run_jobs_code, self.log, self.as_user)  # fmt: skip
+            try:
+                step.provide(self.caches.envs, self.dirs.venv, self.cancel)
+            except EnvironmentFailed as error:
+                raise BuildFailed("dependency_install_failed", str(error), self.commit) from None
+            except LockCancelled:
+                raise BuildCancelled() from None
+        if self.site_packages:
+            added = add_host_site_packages(self.dirs.venv, python_info(self.python), self.as_user)
+            self.log(f"environment: also sees the packages of {self.python} ({', '.join(added)})")
 
     def create_venv(self) -> None:
         self.log("creating the virtual environment")

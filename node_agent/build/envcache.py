@@ -75,6 +75,33 @@ def python_info(path: str) -> Python:
     return Python(path, facts["base"], facts["version"], facts["major"], facts["minor"])
 
 
+_SITE_PROBE = "import json, site; print(json.dumps(site.getsitepackages()))"
+HOST_SITE_PTH = "_flexai_job_site_packages.pth"
+"""The ``.pth`` file (after ``_flexai_cached_env.pth``) that ``--job-site-packages`` adds."""
+
+
+@cache
+def host_site_packages(path: str) -> tuple[str, ...]:
+    """The ``site-packages`` directories of the interpreter at ``path`` itself (for a virtual
+    environment's: that environment's), e.g. where a GPU host's PyTorch is installed."""
+    answer = subprocess.run(
+        [path, "-I", "-c", _SITE_PROBE], capture_output=True, text=True, check=True, timeout=60
+    )
+    return tuple(folder for folder in json.loads(answer.stdout) if os.path.isdir(folder))
+
+
+def add_host_site_packages(venv: Path, python: Python, user: JobUser | None) -> tuple[str, ...]:
+    """``--job-site-packages``: the job's environment also sees the packages installed for
+    ``python``, behind its own and its cached ones (a ``.pth`` file that sorts after theirs);
+    return the directories added."""
+    folders = host_site_packages(python.path)
+    pth = venv / python.site_packages / HOST_SITE_PTH
+    pth.write_text("".join(f"import site; site.addsitedir({f!r})\n" for f in folders))
+    if user is not None and not user.is_agent:
+        os.chown(pth, user.uid, user.gid)
+    return folders
+
+
 def environment_key(requirements: bytes, python: Python, environ: Mapping[str, str]) -> str:
     """The cache key: what decides what an install of ``requirements`` gives."""
     digest = hashlib.sha256(b"flexai-env-1\0")

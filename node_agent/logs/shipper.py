@@ -67,6 +67,7 @@ class LogShipper:
         node_index: int = 0,
         resume: bool = False,
         secret_values: Sequence[str] = (),
+        attempt: int = 1,
     ) -> None:
         self.client = client
         self.job_id = job_id
@@ -76,6 +77,8 @@ class LogShipper:
         self.unavailable_after = unavailable_after
         self.on_unavailable = on_unavailable
         self.node_index = node_index
+        self.attempt = attempt
+        """The job's attempt this log is of: each attempt's stream has its own offsets."""
         self._write_fd, self._read_fd = _open_log(path, resume)
         self._changed = threading.Condition()
         self._written = 0
@@ -157,7 +160,7 @@ class LogShipper:
             offset, data = batch
             attempted = time.monotonic()
             try:
-                size = self.client.append_logs(self.job_id, offset, data, self.node_index)
+                size = self._append(offset, data)
             except NodeTaken:
                 return  # the agent is going away; it says why
             except ApiError as error:
@@ -189,6 +192,12 @@ class LogShipper:
                     self._acked = max(offset + len(data), min(size, self._written))
                 self._last_send = time.monotonic()
                 self._changed.notify_all()
+
+    def _append(self, offset: int, data: bytes) -> int:
+        if self.attempt == 1:
+            return self.client.append_logs(self.job_id, offset, data, self.node_index)
+        return self.client.append_logs(self.job_id, offset, data, self.node_index,
+                                       attempt=self.attempt)  # fmt: skip
 
     def _report_unavailable(self, what: str) -> None:
         """Tell the control plane, once per offset, that the logs stop there for now."""

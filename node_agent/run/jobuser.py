@@ -153,13 +153,25 @@ def _build_problem(user: JobUser, python: str, jobs_dir: Path) -> str | None:
 
 def hand_over(dirs: JobDirs, user: JobUser) -> None:
     """Give the job its directory, before any of its code runs. From then on the agent only
-    reads there, never following a link the job could have planted. ``job.log`` stays the
-    agent's: the job may read its own log, not rewrite it."""
+    reads there, never following a link the job could have planted. Its logs (``job.log``,
+    an earlier attempt's) stay the agent's: the job may read its own log, not rewrite it."""
     if user.is_agent:
         return
     for folder, subfolders, files in os.walk(dirs.root):  # links are changed, not followed
         for name in (*subfolders, *files):
             path = os.path.join(folder, name)
-            if path != str(dirs.log_file):
+            if not dirs.is_log(Path(path)):
                 os.chown(path, user.uid, user.gid, follow_symlinks=False)
     os.chown(dirs.root, user.uid, user.gid)
+
+
+def hand_over_folders(folders: tuple[Path, ...], user: JobUser) -> None:
+    """Give the job folders the agent made for it after the hand-over (a later attempt's),
+    each with what the agent put in it (its input checkpoint)."""
+    if user.is_agent:
+        return
+    for top in folders:
+        for folder, subfolders, files in os.walk(top):
+            for name in (*subfolders, *files):
+                os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
+        os.chown(top, user.uid, user.gid, follow_symlinks=False)

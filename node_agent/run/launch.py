@@ -92,8 +92,11 @@ def job_environment(
     accelerators: Sequence[int],
     placement: Placement,
     base: Mapping[str, str] | None = None,
+    restart_count: int = 0,
 ) -> dict[str, str]:
-    """The entry point's environment: the node's, the user's ``--env``, then the platform's."""
+    """The entry point's environment: the node's, the user's ``--env``, then the platform's;
+    ``restart_count``: the attempts of the job before this one (preempted or retried), which
+    find their last checkpoint at ``FLEXAI_INPUT_CHECKPOINT_DIR``."""
     source = os.environ if base is None else base
     env = without_agent_settings(source)
     env.update(spec_env)
@@ -103,6 +106,7 @@ def job_environment(
             "FLEXAI_OUTPUT_CHECKPOINT_DIR": str(dirs.output_checkpoint),
             "FLEXAI_INPUT_CHECKPOINT_DIR": str(dirs.input_checkpoint),
             "FLEXAI_INPUT_DIR": str(dirs.input),
+            "FLEXAI_RESTART_COUNT": str(restart_count),
             "CUDA_VISIBLE_DEVICES": visible_devices(accelerators, source),
             "PYTHONUNBUFFERED": "1",
             "VIRTUAL_ENV": str(dirs.venv),

@@ -72,10 +72,15 @@ class Cluster:
         document: dict[str, Any] = response.json()
         return document
 
-    def wait_for(self, name: str, statuses: set[str], timeout: float = 120) -> dict[str, Any]:
+    def wait_for(
+        self, name: str, statuses: set[str], timeout: float = 120,
+        inspect: Callable[[str], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Until the job is in one of ``statuses`` (``inspect``: how to read it, by default
+        as the admin)."""
         deadline = time.monotonic() + timeout
         while True:
-            document = self.inspect(name)
+            document = (inspect or self.inspect)(name)
             if document["status"] in statuses:
                 return document
             if document["status"] in TERMINAL or time.monotonic() > deadline:

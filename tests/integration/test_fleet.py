@@ -147,7 +147,7 @@ def test_a_multi_node_job_fails_as_one_node_fails_naming_it_and_late_reports_are
 
 @pytest.mark.parametrize(
     ("reach", "status", "code"),
-    [("in progress", "failed", "node_lost"), ("building", "failed", "node_lost"),
+    [("in progress", "failed", "node_lost"), ("building", "scheduling", None),
      ("enqueued", "scheduling", None), ("stop in progress", "stop failed", "stop_failed")],
 )  # fmt: skip
 def test_a_lost_node_fails_or_requeues_its_jobs_truthfully(

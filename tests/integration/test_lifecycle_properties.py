@@ -62,7 +62,8 @@ AIMED: dict[str, dict[str, int]] = {
     "enqueued": {"report_exited_elsewhere": 3, "lose_node": 2, "request_stop": 1,
                  "report_stopped": 1},
     "in progress": {"report_exited": 2, "record_checkpoint": 2, "record_outputs": 1,
-                    "report_failed": 1, "request_stop": 2, "report_stopped": 1, "lose_node": 1},
+                    "report_failed": 1, "request_stop": 2, "report_stopped": 1, "lose_node": 1,
+                    "preempt": 2},
     "stop in progress": {"report_stopped": 2, "report_stop_failed": 1, "record_checkpoint": 1,
                          "record_outputs": 1, "lose_node": 1},
     **{status: {"delete": 1, "record_outputs": 1} for status in TERMINAL - {"rejected"}},
@@ -100,6 +101,10 @@ class Expected:
     """The accelerator index it holds, while it holds one."""
     refused: set[str] = field(default_factory=set)
     """The report kinds refused once already (each is kept once, for audit)."""
+    retries_left: int = 0
+    """``--max-retries`` less the retries spent (a lost node, an exit code of 137)."""
+    yielded: bool = False
+    """Preempted, and waiting in line since: its node's "stopped" is recorded already."""
 
 
 @dataclass
@@ -181,14 +186,18 @@ class Ledger(RuleBasedStateMachine):
 
     def _moved(self, job: Expected, status: str, events: int = 1) -> None:
         job.status, job.events = status, job.events + events
+        job.yielded = status == "enqueued" and job.yielded
 
     # -- rules -------------------------------------------------------------------------------
 
     @precondition(lambda self: len(self.live_names) < 3)
     @rule(target=jobs, name=job_names, data=st.data())
     def submit(self, name: str, data: st.DataObject) -> Any:
+        retries = data.draw(st.sampled_from([0, 1]))
         spec = {"repository_url": "https://example.com/r.git", "entry_point": ["train.py"],
-                "accels": 1, "nodes": 1}  # fmt: skip
+                "accels": 1, "nodes": 1, "priority": "low"}  # fmt: skip
+        if retries:
+            spec |= {"max_retries": retries, "retry_on_exit_codes": [137]}
 
         def command() -> Outcome:
             return self.app.submit(self.owner, name, spec, user(self.owner))
@@ -198,7 +207,8 @@ class Ledger(RuleBasedStateMachine):
             return multiple()
         outcome = self._run(command, 2)  # the job's Submitted, and the name's claim
         assert outcome is not None
-        self.expected[outcome.job_id] = Expected(name=name, place=next(self.submitted))
+        self.expected[outcome.job_id] = Expected(name=name, place=next(self.submitted),
+                                                 retries_left=retries)  # fmt: skip
         self.live_names[name] = outcome.job_id
         self._probe_the_first_time(outcome.job_id, data)
         return outcome.job_id
@@ -298,11 +308,16 @@ class Ledger(RuleBasedStateMachine):
             self._run(command, None)  # not on that node (any more): nothing to do
             return
         status = job.status
-        target = {"building": "failed", "enqueued": "scheduling", "in progress": "failed",
+        target = {"building": "scheduling", "enqueued": "scheduling", "in progress": "failed",
                   "stop in progress": "stop failed"}[status]  # fmt: skip
+        if status == "in progress" and job.retries_left:
+            target, job.retries_left = "scheduling", job.retries_left - 1  # Retried
         self._moved(job, target)
         if target == "scheduling":
-            job.node_id = None
+            events = self._let_go(job_id, job, status)
+            job.node_id, job.built, job.accelerators = None, False, []
+            self._run(command, 1 + events)
+            return
         else:
             job.failure_code = "stop_failed" if target == "stop failed" else "node_lost"
             job.failure_says = message
@@ -350,18 +365,22 @@ class Ledger(RuleBasedStateMachine):
             return 0
         node = next(n for n, i in self.node_ids.items() if i == node_id)
         job.index = None
-        events = 1  # Released
-        waiting = sorted((other.place, other_id)
-                         for other_id, other in self._others_on(node, job_id)
-                         if other.status == "enqueued")  # fmt: skip
-        for _, other_id in waiting:
+        waiting = [other_id for other_id, other in self._others_on(node, job_id)
+                   if other.status == "enqueued"]  # fmt: skip
+        return 1 + self._start_in_line(node, waiting)  # Released, then who starts
+
+    def _start_in_line(self, node: str, waiting: list[UUID]) -> int:
+        """Start the jobs waiting on ``node`` in their order while indices are free; returns
+        the events that makes (each one's Started, and the node's Allocated)."""
+        events = 0
+        for other_id in sorted(waiting, key=lambda other_id: self.expected[other_id].place):
             other = self.expected[other_id]
             index = self._free_index(node, other_id)
             if index is None:
                 break
-            other.status, other.events = "in progress", other.events + 1
+            other.status, other.events, other.yielded = "in progress", other.events + 1, False
             other.index, other.accelerators = index, [index]
-            events += 2  # the other job's Started, the node's Allocated
+            events += 2
         return events
 
     def _holds_or_waits(self, job: Expected, node: str) -> bool:
@@ -395,7 +414,7 @@ class Ledger(RuleBasedStateMachine):
 
         if node_id != job.node_id:
             self._run(command, Refused(WrongNode))
-        elif job.status == target:
+        elif job.status == target or (report["type"] == "stopped" and job.yielded):
             self._run(command, None)  # a resend of a recorded report
         elif job.deleted:
             self._run(command, Refused(JobDeleted))
@@ -462,9 +481,17 @@ class Ledger(RuleBasedStateMachine):
                       from_its_node: bool = False) -> None:  # fmt: skip
         exit_code = data.draw(st.sampled_from([0, 1, 2, 137]))
         target = "succeeded" if exit_code == 0 else "failed"
+        retried = exit_code == 137 and job.retries_left > 0 and job.status == "in progress"
+        if retried:
+            target = "scheduling"
 
         def change() -> int:
             self._moved(job, target)
+            if retried:  # Retried: the job looks for nodes again, from its last checkpoint
+                job.retries_left -= 1
+                events = self._let_go(job_id, job, "in progress")
+                job.node_id, job.built, job.accelerators = None, False, []
+                return 1 + events
             if exit_code:
                 job.failure_code = "entry_point_failed"
                 job.failure_says = f"exited with code {exit_code}"
@@ -509,6 +536,30 @@ class Ledger(RuleBasedStateMachine):
 
         report = {"type": "stop_failed", "message": message}
         self._report(job_id, job, data, report, "stop failed", {"stop in progress"}, change)
+
+    def preempt(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+        """The scheduler asks the node to make way (a fact), then the node confirms its
+        processes ended: the job waits in its node's line again (``Preempted``), lets go of its
+        accelerator, and whoever is first in that line starts, itself maybe."""
+        asked = job.status == "in progress" and not job.deleted
+        expected: Expectation = 1 if asked else Refused(DomainError)
+        if job.deleted:
+            expected = Refused(JobDeleted)
+        self._run(lambda: self.app.request_preemption(job_id, "urgent", "bob"), expected)
+        if not asked:
+            return
+        job.events += 1  # PreemptionRequested
+        node_id = job.node_id
+        assert node_id is not None
+        self._moved(job, "enqueued")
+        node = self._node_of(job)
+        job.index, job.accelerators, job.yielded = None, [], True
+        waiting = [other_id for other_id, other in self.expected.items()
+                   if other.node_id == node_id and other.status == "enqueued"
+                   and not other.deleted]  # fmt: skip
+        events = 3 + self._start_in_line(node, waiting)  # Preempted, Released and Queued
+        report = {"node_id": node_id, "type": "stopped", "exit_code": 143}
+        self._run(lambda: self.app.report(job_id, node_id, report), events)
 
     def record_checkpoint(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(["checkpoint-100", "checkpoint-200"]))

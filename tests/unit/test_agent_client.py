@@ -31,6 +31,7 @@ class Server:
     def __init__(self) -> None:
         self.answers: list[tuple[int, dict[str, Any], dict[str, str]]] = []
         self.times: list[float] = []
+        self.paths: list[str] = []  # each request's path and query
         self.lock = threading.Lock()
 
     def answer(
@@ -38,6 +39,7 @@ class Server:
     ) -> tuple[int, dict[str, Any], dict[str, str]]:
         with self.lock:
             self.times.append(time.monotonic())
+            self.paths.append(path)
             return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
 
 
@@ -90,3 +92,21 @@ def test_after_a_node_taken_answer_no_request_leaves_the_client(
         client.report("job-1", {"type": "stopped"})
     assert len(state.times) == 1
     assert [error.slug for error in told] == ["node-taken"]
+
+
+def test_a_later_attempts_logs_and_outputs_name_it_and_the_first_ones_do_not(
+    server: tuple[Server, str],
+) -> None:
+    state, url = server
+    state.answers = [(200, {"size": 3, "id": "u", "part_size": 5}, {})]
+    client = ControlPlaneClient(url, "t0ken", retry_for=1)
+    client.append_logs("job-1", 0, b"abc")
+    client.append_logs("job-1", 0, b"abc", 1, attempt=2)
+    client.begin_upload("job-1", {"kind": "output"})
+    client.begin_upload("job-1", {"kind": "output"}, attempt=3)
+    assert state.paths == [
+        "/v1/agent/jobs/job-1/logs?offset=0&node_index=0",
+        "/v1/agent/jobs/job-1/logs?offset=0&node_index=1&attempt=2",
+        "/v1/agent/jobs/job-1/uploads",
+        "/v1/agent/jobs/job-1/uploads?attempt=3",
+    ]

@@ -102,6 +102,7 @@ def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> Non
     assert env["FLEXAI_OUTPUT_CHECKPOINT_DIR"] == str(dirs.output_checkpoint)
     assert env["FLEXAI_INPUT_CHECKPOINT_DIR"] == str(dirs.input_checkpoint)
     assert env["FLEXAI_INPUT_DIR"] == str(dirs.input)
+    assert env["FLEXAI_RESTART_COUNT"] == "0"  # the first attempt
     assert env["CUDA_VISIBLE_DEVICES"] == "0,2"
     assert env["PYTHONUNBUFFERED"] == "1"
     assert env["VIRTUAL_ENV"] == str(dirs.venv)
@@ -109,6 +110,18 @@ def test_the_job_environment_points_into_the_job_directory(dirs: JobDirs) -> Non
     assert env["LR"] == "0.1"
     assert env["HOME"] == str(dirs.home)  # not the agent's: its client config holds a token
     assert env["XDG_CONFIG_HOME"] == str(dirs.home / ".config")
+
+
+def test_a_later_attempt_finds_its_restart_count_and_its_own_folders(dirs: JobDirs) -> None:
+    third = dirs.for_attempt(3)
+    env = job_environment(third, {"FLEXAI_RESTART_COUNT": "9"}, [0], SINGLE, base={},
+                          restart_count=2)  # fmt: skip
+    assert env["FLEXAI_RESTART_COUNT"] == "2"  # the platform's, not the user's
+    assert env["FLEXAI_INPUT_CHECKPOINT_DIR"] == str(dirs.root / "input-checkpoint.attempt-3")
+    assert env["FLEXAI_OUTPUT_CHECKPOINT_DIR"] == str(dirs.root / "output-checkpoint.attempt-3")
+    assert env["FLEXAI_OUTPUT_DIR"] == str(dirs.root / "output.attempt-3")
+    assert env["FLEXAI_INPUT_DIR"] == str(dirs.input)  # the datasets stay
+    assert env["VIRTUAL_ENV"] == str(dirs.venv)  # and so does the build
 
 
 def test_the_agents_token_never_reaches_the_job(dirs: JobDirs) -> None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support import wait_until
 class FakeSupervisor:
     def __init__(self, assignment: Assignment, adopting: bool = False, **_: Any) -> None:
         self.job_id = assignment.job_id
+        self.attempt = assignment.attempt
         self.adopting = adopting
         self.calls: list[str] = []
         self.updates: list[str] = []  # the statuses the agent passed on
@@ -183,6 +185,49 @@ def test_a_finished_job_still_listed_by_a_stale_answer_is_not_started_again(
     agent.poll_once()
     assert "job-1" not in agent.supervisors
     assert client.reports == []
+
+
+def test_a_retried_job_listed_again_with_a_later_attempt_is_taken_anew(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    first = supervisor(agent, "job-1")
+    first.alive = False  # the attempt failed here and was reported
+    client.listing = [assignment("job-1", "in progress")]  # a stale answer
+    agent.poll_once()
+    assert "job-1" not in agent.supervisors
+    client.listing = [replace(assignment("job-1", "building"), attempt=2)]
+    agent.poll_once()
+    second = supervisor(agent, "job-1")
+    assert second is not first and second.attempt == 2 and second.calls == ["start"]
+
+
+def test_a_retry_listed_while_the_earlier_attempt_still_ends_waits_for_it(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    first = supervisor(agent, "job-1")  # still reporting the end of attempt 1
+    client.listing = [replace(assignment("job-1", "building"), attempt=2)]
+    agent.poll_once()
+    assert supervisor(agent, "job-1") is first and first.updates == []
+    first.alive = False
+    agent.poll_once()
+    assert supervisor(agent, "job-1").attempt == 2
+
+
+def test_the_next_attempt_of_a_preempted_job_goes_to_its_supervisor(
+    agent: Agent, client: FakeClient
+) -> None:
+    client.listing = [assignment("job-1", "building")]
+    agent.poll_once()
+    first = supervisor(agent, "job-1")
+    for status in ("enqueued", "in progress"):  # it waits with its build kept, then runs
+        client.listing = [replace(assignment("job-1", status), attempt=2)]
+        agent.poll_once()
+    assert supervisor(agent, "job-1") is first
+    assert first.updates == ["enqueued", "in progress"]
 
 
 def test_a_job_no_longer_listed_for_two_polls_is_aborted(agent: Agent, client: FakeClient) -> None:

@@ -223,6 +223,7 @@ ENV_KEYS = [
     "FLEXAI_OUTPUT_CHECKPOINT_DIR",
     "FLEXAI_INPUT_CHECKPOINT_DIR",
     "FLEXAI_INPUT_DIR",
+    "FLEXAI_RESTART_COUNT",
     "CUDA_VISIBLE_DEVICES",
     "PYTHONUNBUFFERED",
     "VIRTUAL_ENV",
@@ -280,6 +281,7 @@ def test_a_job_runs_in_its_environment_and_reports_exited_after_logs_checkpoints
         "FLEXAI_OUTPUT_CHECKPOINT_DIR": str(dirs.output_checkpoint),
         "FLEXAI_INPUT_CHECKPOINT_DIR": str(dirs.input_checkpoint),
         "FLEXAI_INPUT_DIR": str(dirs.input),
+        "FLEXAI_RESTART_COUNT": "0",  # its first attempt
         "CUDA_VISIBLE_DEVICES": "1",  # as the control plane allocated, at once
         "PYTHONUNBUFFERED": "1",
         "VIRTUAL_ENV": str(dirs.venv),

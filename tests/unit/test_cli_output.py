@@ -197,6 +197,7 @@ def test_inspect_view_shows_spec_failure_timestamps_and_history(utc: None) -> No
         "  checkpoint: -",
         "  time limit: -",
         "  stop grace: -",
+        "  priority: normal",
         "node: gpu-1",
         "accelerators: 0",
         "timestamps:",
@@ -288,3 +289,35 @@ def test_inspect_shows_each_nodes_output_with_its_size_and_sha256() -> None:
     text = render_job(dict(SAMPLE_JOB, outputs=outputs))
     assert f"outputs:\n  - output_0.zip: 3.0 MiB, SHA-256 {'ab' * 32}" in text
     assert "outputs:" not in render_job(SAMPLE_JOB)
+
+
+def test_inspect_view_shows_priority_preemptibility_and_retries_from_the_spec() -> None:
+    low = render_job(dict(SAMPLE_JOB, spec={**SAMPLE_JOB["spec"], "priority": "low"}))
+    assert "  priority: low\n  preemptible: yes\n" in low
+    retried = render_job(dict(SAMPLE_JOB, spec={
+        **SAMPLE_JOB["spec"], "priority": "high", "preemptible": True, "max_retries": 2,
+        "retry_on_exit_codes": [137, 143]}))  # fmt: skip
+    assert ("  priority: high\n  preemptible: yes\n  max retries: 2\n"
+            "  retry on exit codes: 137,143\n") in retried  # fmt: skip
+    assert "preemptible" not in render_job(SAMPLE_JOB) and "max retries" not in low
+
+
+def test_inspect_view_shows_each_attempt_and_the_preemption_asked(utc: None) -> None:
+    job = dict(SAMPLE_JOB, attempt=2, attempts=[
+        {"attempt": 1, "nodes": ["gpu-1"], "started_at": "2026-12-02T16:20:30+00:00",
+         "ended_at": "2026-12-02T16:40:00+00:00", "cause": "node_lost"},
+        {"attempt": 2, "nodes": ["gpu-2", "gpu-3"], "started_at": "2026-12-02T16:41:00+00:00"},
+    ], preemption={"requested_at": "2026-12-02T16:50:00+00:00", "by_job": "urgent",
+                   "by_owner": "bob"})  # fmt: skip
+    text = render_job(job)
+    assert "\nattempt: 2\nattempts:\n  - ATTEMPT  NODES" in text
+    assert "  - 1        gpu-1        2026-12-02 16:20:30  2026-12-02 16:40:00  node_lost" in text
+    assert "  - 2        gpu-2,gpu-3  2026-12-02 16:41:00  -                    -" in text
+    assert ("preemption:\n  requested: 2026-12-02 16:50:00\n  by job: urgent\n"
+            "  by owner: bob") in text  # fmt: skip
+
+
+def test_inspect_view_of_an_older_document_shows_no_attempts_and_survives_odd_ones() -> None:
+    assert "attempt" not in render_job(SAMPLE_JOB) and "preemption" not in render_job(SAMPLE_JOB)
+    odd = render_job(dict(SAMPLE_JOB, attempt=None, attempts=[{}, "x"], preemption={}))
+    assert "attempts:\n  - ATTEMPT  NODES  STARTED  ENDED  CAUSE\n  - -" in odd

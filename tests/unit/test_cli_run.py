@@ -163,3 +163,46 @@ def test_a_local_path_becomes_absolute(tmp_path: Path) -> None:
 def test_a_local_path_that_does_not_exist_is_refused_here(tmp_path: Path) -> None:
     with pytest.raises(CliError, match="does not exist: give a git URL"):
         repository_url("no-such-repo", cwd=tmp_path)
+
+
+def test_sharing_flags_become_job_fields_and_are_left_out_when_not_given(tmp_path: Path) -> None:
+    plain = build_job(parse_run(["my-job", "-u", str(tmp_path), "--", "train.py"]))
+    assert not {"priority", "preemptible", "max_retries", "retry_on_exit_codes"} & set(plain)
+    job = build_job(parse_run([
+        "my-job", "-u", str(tmp_path), "--priority", "low", "--no-preemptible",
+        "--max-retries", "3", "--retry-on-exit-codes", "137, 143", "--", "train.py",
+    ]))  # fmt: skip
+    assert (job["priority"], job["preemptible"], job["max_retries"],
+            job["retry_on_exit_codes"]) == ("low", False, 3, [137, 143])  # fmt: skip
+    assert build_job(parse_run(["j-1", "-u", str(tmp_path), "--preemptible", "--",
+                                "train.py"]))["preemptible"] is True  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--priority", "urgent"], "argument --priority: invalid choice: 'urgent'"),
+        (["--max-retries", "21"], "must be a whole number from 0 to 20, not '21'"),
+        (["--max-retries", "x"], "must be a whole number from 0 to 20, not 'x'"),
+        (["--max-retries", "1", "--retry-on-exit-codes", "0"], "'0' in '0' is not an exit code"),
+        (["--max-retries", "1", "--retry-on-exit-codes", "137,x"], "'x' in '137,x' is not an"),
+        (["--max-retries", "1", "--retry-on-exit-codes", "137,137"], "gives 137 twice"),
+        (["--max-retries", "1", "--retry-on-exit-codes", ",".join(map(str, range(1, 18)))],
+         "gives 17 exit codes; at most 16"),
+    ],
+)  # fmt: skip
+def test_bad_sharing_flags_are_usage_errors_that_say_what_is_wrong(
+    flags: list[str], expected: str
+) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_run(["my-job", "-u", "x", *flags, "--", "train.py"])
+    assert expected in str(caught.value)
+    assert caught.value.exit_code == 2
+
+
+def test_retry_exit_codes_without_retries_are_refused_saying_to_add_them(tmp_path: Path) -> None:
+    args = parse_run(["my-job", "-u", str(tmp_path), "--retry-on-exit-codes", "137", "--",
+                      "train.py"])  # fmt: skip
+    with pytest.raises(UsageError) as caught:
+        build_job(args)
+    assert "--max-retries N" in str(caught.value) and caught.value.exit_code == 2

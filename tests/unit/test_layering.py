@@ -14,12 +14,12 @@ DOMAIN = Path(__file__).resolve().parents[2] / "domain"
 MODEL_MODULES = (
     "actors.py", "statuses.py", "errors.py", "ids.py", "events.py", "lifecycle.py",
     "job_state.py", "job_facts.py", "job.py", "job_name.py", "node.py", "datasets.py",
-    "scheduling.py", "values.py",
+    "scheduling.py", "values.py", "sharing.py", "job_attempts.py", "policy.py",
 )  # fmt: skip
 """The aggregates, their rules and the values' bounds."""
 SERVICE_MODULES = (
     "__init__.py", "application.py", "allocation.py", "reports.py", "history.py", "topics.py",
-    "transcodings.py", "submissions.py", "name_claims.py", "outcomes.py",
+    "transcodings.py", "submissions.py", "name_claims.py", "outcomes.py", "scheduler_commands.py",
 )  # fmt: skip
 """The application service that is the only write path, and what it uses beside the model."""
 

@@ -53,6 +53,13 @@ def _fail_build(job: TrainingJob) -> None:
     job.fail_build("revision_not_found", "revision 'v9' not found", commit=None, by=NODE)
 
 
+def _preempt(job: TrainingJob) -> None:
+    """A higher-priority job takes the accelerators: asked, then the node's processes end."""
+    if job.status == "in progress":
+        job.request_preemption("urgent", "bob", by=scheduler())
+    job.yield_node(by=NODE)
+
+
 # Each command, the status it leads to, and the statuses SPEC.md's "when" column allows it from.
 COMMANDS: dict[str, tuple[str, set[str], Command]] = {
     "begin_scheduling": ("scheduling", {"pending"}, lambda job: job.begin_scheduling(scheduler())),
@@ -63,7 +70,11 @@ COMMANDS: dict[str, tuple[str, set[str], Command]] = {
     "enqueue": ("enqueued", {"building"}, _enqueue),
     "start": ("in progress", {"building", "enqueued"}, _start),
     "fail_build": ("failed", {"building"}, _fail_build),
-    "requeue": ("scheduling", {"enqueued"}, lambda job: job.requeue("node lost", by=scheduler())),
+    "requeue": ("scheduling", {"building", "enqueued"},
+                lambda job: job.requeue("node lost", by=scheduler())),
+    "preempt": ("enqueued", {"in progress"}, _preempt),
+    "retry": ("scheduling", {"in progress"},
+              lambda job: job.retry("node_lost", "node gpu-node-1 was lost", by=scheduler())),
     "exit_0": ("succeeded", {"in progress"}, lambda job: job.finish(0, by=NODE)),
     "exit_3": ("failed", {"in progress"}, lambda job: job.finish(3, by=NODE)),
     "time_out": ("failed", {"in progress"},
@@ -94,7 +105,7 @@ PATHS: dict[str, list[str]] = {
 
 def job_spec() -> dict[str, Any]:
     return {"repository_url": "https://example.com/r.git", "entry_point": ["train.py"],
-            "accels": 2, "nodes": 1}  # fmt: skip
+            "accels": 2, "nodes": 1, "priority": "low", "max_retries": 3}  # fmt: skip
 
 
 def new_job(name: str = "my-job") -> TrainingJob:
@@ -129,7 +140,8 @@ def test_every_transition_of_the_spec_is_allowed(status: str, command: str) -> N
     assert job.status == target
     *before, recorded = job.collect_events()
     assert EVENT_STATUS[type(recorded).__name__] == target
-    assert all(type(event).__name__ == "Built" for event in before)  # changes no status
+    assert all(type(event).__name__ in ("Built", "PreemptionRequested")
+               for event in before)  # changes no status  # fmt: skip
 
 
 @pytest.mark.parametrize(

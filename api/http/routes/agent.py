@@ -10,7 +10,8 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.artifacts.store import checkpoint_key
+from api.artifacts.store import attempt_job_key, checkpoint_key
+from api.http.attempts import AgentAttempt
 from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.downloads import ANSWERS, artifact_answer
 from api.http.problems import Problem
@@ -170,13 +171,24 @@ def assignment_of(document: dict[str, Any]) -> Assignment:
     placements = document.get("placements") or []
     placement = placements[index] if index < len(placements) else {}
     running = document["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
+    attempt = int(document.get("attempt") or 1)
     return Assignment(
         job_id=document["id"], name=document["name"], status=document["status"],
-        spec=document["spec"], input_checkpoint_id=document["spec"].get("input_checkpoint_id"),
+        spec=document["spec"], input_checkpoint_id=input_checkpoint_of(document),
         node_index=index, nnodes=max(len(placements), 1),
         accelerators=placement.get("accelerators") if running else None,
-        rendezvous=document.get("rendezvous") if running else None,
+        rendezvous=document.get("rendezvous") if running else None, attempt=attempt,
+        preempt=document["status"] == Status.IN_PROGRESS.value
+        and document.get("preemption") is not None,
     )  # fmt: skip
+
+
+def input_checkpoint_of(document: dict[str, Any]) -> str | None:
+    """The checkpoint the job's current attempt starts from: after a preemption or a retry,
+    the last one the job recorded; else the one it was submitted with (``--checkpoint``)."""
+    if int(document.get("attempt") or 1) > 1 and document.get("last_checkpoint_id"):
+        return str(document["last_checkpoint_id"])
+    return document["spec"].get("input_checkpoint_id")
 
 
 def _assignments_of(services: Services, node_id: str) -> Assignments:
@@ -225,13 +237,15 @@ def report(
 @router.post("/jobs/{job_id}/logs", openapi_extra=BYTES_BODY)
 async def ship_logs(job_id: JobId, offset: LogOffset, agent_id: AgentId, request: Request,
                     services: ServicesDep, node: CurrentNode, node_index: NodeIndex = 0,
-                    ) -> Size:  # fmt: skip
-    """Append log bytes of node ``node_index`` that start at ``offset`` (idempotent)."""
+                    attempt: AgentAttempt = 1) -> Size:  # fmt: skip
+    """Append log bytes of node ``node_index`` of the job's ``attempt`` that start at
+    ``offset`` (each attempt's log starts at 0; idempotent)."""
     await run_in_threadpool(job_of_holder, services, job_id, agent_id, node, node_index)
     data = await request.body()  # at most the log chunk limit (api/http/limits.py)
     size = await run_in_threadpool(
-        services.artifacts.append_log, str(job_id), offset, data, node_index
-    )
+        services.artifacts.append_log, attempt_job_key(str(job_id), attempt), offset, data,
+        node_index,
+    )  # fmt: skip
     services.log_followers.wake(str(job_id))
     return Size(size=size)
 
@@ -241,7 +255,7 @@ def download_checkpoint(checkpoint_id: str, services: ServicesDep, node: Current
     """A checkpoint's archive, for a job of this node's that starts from it: 307 to the store,
     or the bytes; ``X-Flexai-Size`` and ``X-Flexai-Sha256`` say what they must be."""
     node_id = str(Node.create_id(node))
-    wanted = any(document["spec"].get("input_checkpoint_id") == checkpoint_id
+    wanted = any(input_checkpoint_of(document) == checkpoint_id
                  for document in services.queries.assignments(node_id))  # fmt: skip
     found = services.queries.checkpoint_archive(checkpoint_id) if wanted else None
     try:

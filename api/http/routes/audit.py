@@ -8,6 +8,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Query, Response
 
+from api.http.attempts import UserAttempt
 from api.http.audit_schemas import AuditFailure, AuditJobState, AuditPlacement
 from api.http.deps import CurrentCaller, CurrentUser, JobOwner, ServicesDep
 from api.http.downloads import ANSWERS, OutputIndex, output_answer
@@ -63,15 +64,15 @@ def job_history(
 @router.get("/jobs/{job_id}/outputs/{node_index}", response_class=Response, responses=ANSWERS)
 def job_outputs_by_id(
     job_id: UUID, node_index: OutputIndex, services: ServicesDep, caller: CurrentCaller,
-    me: CurrentUser,
+    me: CurrentUser, attempt: UserAttempt = None,
 ) -> Response:  # fmt: skip
     """A job's output archive by the job's id, deleted or not (yours; an admin: any's), for
-    audit: as ``GET /v1/jobs/{name}/outputs/{node_index}``; 410 once its artifacts were
-    purged."""
+    audit: as ``GET /v1/jobs/{name}/outputs/{node_index}`` (``attempt`` too); 410 once its
+    artifacts were purged."""
     document = services.queries.job(str(job_id))
     if document is None or (document["owner"] != me and not caller.admin):
         raise JobNotFound(f"with id {job_id}")
-    return output_answer(services, document, node_index)
+    return output_answer(services, document, node_index, attempt)
 
 
 @router.get("/jobs/{job_id}/state")

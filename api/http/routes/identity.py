@@ -1,4 +1,5 @@
-"""Users and tokens: who am I, users (admins make them), API tokens, and the nodes' tokens."""
+"""Users and tokens: who am I, users (admins make them, and set their quotas and leave to use
+``priority: high``), API tokens, and the nodes' tokens."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from api.http.deps import CurrentAdmin, CurrentCaller, CurrentUser, ServicesDep
 from api.http.problems import forbidden
+from api.http.sharing_schemas import HighPriorityPublic, HighPrioritySet, QuotaPublic, QuotaSet
 from api.identity.identities import MAX_LABEL, USER_NAME, IssuedToken
 from domain import values
 
@@ -61,6 +63,10 @@ class UserPublic(BaseModel):
     created_by: str | None
     tokens: int
     """Its tokens that work (not revoked)."""
+    quota_accels: int | None = None
+    """The most accelerators its jobs may hold running at once; None: no quota."""
+    high_priority: bool = False
+    """Whether an admin allowed it ``priority: high`` (admins may always)."""
 
 
 class UserCreated(BaseModel):
@@ -119,6 +125,27 @@ def create_user(body: UserCreate, services: ServicesDep, admin: CurrentAdmin) ->
 def list_users(services: ServicesDep, _: CurrentAdmin) -> UsersPublic:
     """Every user, with how many working tokens each has."""
     return UsersPublic(users=[UserPublic(**row) for row in services.identities.users()])
+
+
+@router.put("/admin/users/{name}/quota")
+def set_quota(
+    name: Annotated[str, Path(max_length=63)], body: QuotaSet, services: ServicesDep,
+    admin: CurrentAdmin,
+) -> QuotaPublic:  # fmt: skip
+    """Set the most accelerators a user's jobs may hold running at once (null: no quota);
+    its jobs past it wait, and say so."""
+    services.identities.set_quota(name, body.accels, by=str(admin.user))
+    return QuotaPublic(user=name, accels=body.accels)
+
+
+@router.put("/admin/users/{name}/high-priority")
+def set_high_priority(
+    name: Annotated[str, Path(max_length=63)], body: HighPrioritySet, services: ServicesDep,
+    admin: CurrentAdmin,
+) -> HighPriorityPublic:  # fmt: skip
+    """Allow a user ``priority: high`` jobs, or take that back (admins may always)."""
+    services.identities.set_high_priority(name, body.allowed, by=str(admin.user))
+    return HighPriorityPublic(user=name, allowed=body.allowed)
 
 
 @router.post("/tokens", status_code=201)

@@ -12,6 +12,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
+from api.artifacts.store import attempt_job_key
+from api.http.attempts import UserAttempt, chosen_attempt, current_attempt
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
     ALL_OWNERS,
@@ -44,6 +46,8 @@ from domain.values import BIGINT_MAX, MAX_NODES
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 LOG_READ_BYTES = 256 * 1024
 TEXT = "text/plain; charset=utf-8"
+ATTEMPT_HEADER = "X-Flexai-Attempt"
+"""The attempt whose log an answer holds (a follower resumes that one's)."""
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
 FOLLOW_RECHECK_S = 1.0
 """A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
@@ -163,7 +167,8 @@ def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUs
     document = find_job(services, owner, name, me)
     if document["status"] in WAITING:
         waiting = services.waits.detail(document["id"])
-        if waiting is not None and document["status"] == Status.SCHEDULING.value:
+        if (waiting is not None and document["status"] == Status.SCHEDULING.value
+                and "place" not in waiting):  # fmt: skip
             waiting["place"], waiting["of"] = services.queries.place_in_scheduling(
                 document["id"]
             )
@@ -207,12 +212,16 @@ async def job_logs(
     follow: bool = False,
     node_index: int = Query(default=0, ge=0, lt=MAX_NODES,
                             description="which node's output (multi-node jobs)"),  # fmt: skip
+    attempt: UserAttempt = None,
 ) -> StreamingResponse:
-    """A job's build and run output (one node's); with follow, streams until the job ends."""
+    """A job's build and run output (one node's, one attempt's: the current one unless told);
+    with follow, streams until the job ends or moves on to its next attempt."""
     document = await run_in_threadpool(find_job, services, owner, name, me)
     job_id = document["id"]
-    log = _NodeLog(services, job_id, node_index)
-    headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1))}
+    chosen = chosen_attempt(document, attempt)
+    log = _NodeLog(services, job_id, node_index, chosen)
+    headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1)),
+               ATTEMPT_HEADER: str(chosen)}  # fmt: skip
     # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
     log.read(offset)
     if not follow:
@@ -223,12 +232,17 @@ async def job_logs(
 
 
 class _NodeLog:
-    def __init__(self, services: Services, job_id: str, node_index: int) -> None:
+    """One node's log of one attempt of a job."""
+
+    def __init__(self, services: Services, job_id: str, node_index: int, attempt: int = 1,
+                 ) -> None:  # fmt: skip
         self.services, self.job_id, self.node_index = services, job_id, node_index
+        self.attempt = attempt
+        self.key = attempt_job_key(job_id, attempt)
 
     def read(self, offset: int) -> bytes:
         return self.services.artifacts.read_log(
-            self.job_id, offset, LOG_READ_BYTES, node_index=self.node_index
+            self.key, offset, LOG_READ_BYTES, node_index=self.node_index
         )
 
 
@@ -239,7 +253,8 @@ async def _read_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
 
 
 async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
-    """The log from ``offset`` as it grows, until the job is terminal and every byte is sent.
+    """The log from ``offset`` as it grows, until the job is terminal or has moved on past the
+    log's attempt, and every byte is sent (the client tells the user of the next attempt).
 
     Agents ship every line before the terminal report, so one more read after the job ended
     drains it all. Reads are small and local, so they run on the event loop: no thread waits.
@@ -247,9 +262,11 @@ async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
     followers = log.services.log_followers
     async with followers.follow(log.job_id) as follower:
         # Registered before the status is read: an end that comes in between still wakes us.
-        status = await run_in_threadpool(_status, log.services, log.job_id)
-        follower.job_ended = follower.job_ended or status is None or status in TERMINAL
+        follower.job_ended = follower.job_ended or await run_in_threadpool(_over, log)
         while True:
+            if follower.attempt_ended and not follower.job_ended:
+                follower.attempt_ended = False
+                follower.job_ended = await run_in_threadpool(_over, log)
             ended = follower.job_ended
             while chunk := log.read(offset):
                 offset += len(chunk)
@@ -261,9 +278,11 @@ async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
             await follower.sleep(FOLLOW_RECHECK_S)
 
 
-def _status(services: Services, job_id: str) -> Status | None:
-    document = services.queries.job(job_id)
-    return Status(document["status"]) if document is not None else None
+def _over(log: _NodeLog) -> bool:
+    """Whether the log's attempt is over: the job is gone or terminal, or in a later attempt."""
+    document = log.services.queries.job(log.job_id)
+    return (document is None or Status(document["status"]) in TERMINAL
+            or current_attempt(document) > log.attempt)  # fmt: skip
 
 
 @router.get("/{name}/checkpoints")
@@ -278,8 +297,10 @@ def job_checkpoints(
 
 @router.get("/{name}/outputs/{node_index}", response_class=Response, responses=ANSWERS)
 def job_outputs(
-    name: str, node_index: OutputIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser
+    name: str, node_index: OutputIndex, services: ServicesDep, owner: JobOwner, me: CurrentUser,
+    attempt: UserAttempt = None,
 ) -> Response:
-    """The job's output directory as a zip archive: 307 to the store, or the bytes;
-    ``X-Flexai-Size`` and ``X-Flexai-Sha256`` say what they must be."""
-    return output_answer(services, find_job(services, owner, name, me), node_index)
+    """The job's output directory as a zip archive (of ``attempt``; default: the last that
+    recorded outputs): 307 to the store, or the bytes; ``X-Flexai-Size`` and
+    ``X-Flexai-Sha256`` say what they must be."""
+    return output_answer(services, find_job(services, owner, name, me), node_index, attempt)

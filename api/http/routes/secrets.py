@@ -16,7 +16,7 @@ from fastapi import APIRouter, Path, Response
 from api.http.deps import CurrentNode, CurrentUser, ServicesDep
 from api.http.problems import Problem
 from api.http.routes.agent import AgentId, JobId, NodeIndex, job_of_holder
-from api.http.schemas import (
+from api.http.secret_schemas import (
     JobSecretValues,
     SecretCreate,
     SecretDeleted,

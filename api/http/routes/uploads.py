@@ -21,6 +21,7 @@ from api.artifacts.archives import (
 )
 from api.artifacts.store import Part, UploadIncomplete, checkpoint_key, output_key
 from api.artifacts.uploads import UploadSession, new_upload_id, now
+from api.http.attempts import AgentAttempt, output_attempt
 from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.problems import Problem, upload_incomplete, upload_not_found
 from api.http.routes.agent import AgentId, JobId, job_of_holder, require_own_node
@@ -52,19 +53,22 @@ EVENT = {"checkpoint": "CheckpointRecorded", "output": "OutputsRecorded"}
 @router.post("/jobs/{job_id}/uploads", status_code=201,
              dependencies=[Depends(LedgerWritable)])  # fmt: skip
 def begin_upload(job_id: JobId, body: UploadCreate, agent_id: AgentId, services: ServicesDep,
-                 node: CurrentNode, response: Response) -> UploadStarted:  # fmt: skip
+                 node: CurrentNode, response: Response, attempt: AgentAttempt = 1,
+                 ) -> UploadStarted:  # fmt: skip
     """Begin uploading a checkpoint or an output archive of a job of this node's (an unfinished
-    upload of the same artifact is replaced); 200 with ``recorded``: the ledger has it already."""
+    upload of the same artifact is replaced); 200 with ``recorded``: the ledger has it already.
+    ``attempt``: the job's attempt an output is of (each keeps its own; checkpoints have names
+    of their own)."""
     require_own_node(node, body.node_id)
     document = job_of_holder(services, job_id, agent_id, node, body.node_index)
     name = _checked_name(body)
-    recorded = _recorded(services, document, body.kind, name, body.node_index)
+    recorded = _recorded(services, document, body.kind, name, body.node_index, attempt)
     if recorded is not None:
         response.status_code = 200
         return UploadStarted(id=None, part_size=None, recorded=recorded)
     _refuse_unless_recordable(document, EVENT[body.kind])
     key = (checkpoint_key(str(job_id), derive_checkpoint_id(job_id, name, body.node_index))
-           if name is not None else output_key(str(job_id), body.node_index))  # fmt: skip
+           if name is not None else output_key(str(job_id), body.node_index, attempt))  # fmt: skip
     started = services.artifacts.begin_upload(key, body.size_hint)
     session = UploadSession(
         id=new_upload_id(), job_id=str(job_id), kind=body.kind, name=name,
@@ -189,8 +193,9 @@ def _refuse_unless_recordable(document: dict[str, Any], event: str) -> None:
 
 
 def _recorded(services: Services, document: dict[str, Any], kind: str, name: str | None,
-              node_index: int) -> dict[str, Any] | None:  # fmt: skip
-    """The checkpoint or output the ledger holds already, as complete answers it."""
+              node_index: int, attempt: int = 1) -> dict[str, Any] | None:  # fmt: skip
+    """The checkpoint or output (of ``attempt``) the ledger holds already, as complete
+    answers it."""
     if kind == "checkpoint" and name is not None:
         wanted = derive_checkpoint_id(UUID(document["id"]), name, node_index)
         for row in services.queries.checkpoints(document["id"]):
@@ -198,7 +203,7 @@ def _recorded(services: Services, document: dict[str, Any], kind: str, name: str
                 return CheckpointPublic.model_validate(row).model_dump()
         return None
     for output in document.get("outputs") or []:
-        if output["node_index"] == node_index:
+        if output["node_index"] == node_index and output_attempt(document, output) == attempt:
             return OutputPublic.model_validate(output).model_dump()
     return None
 

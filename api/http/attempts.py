@@ -1,0 +1,81 @@
+"""Which attempt of a job a request means: a job preempted or retried runs several attempts,
+and each keeps its own logs and outputs (:func:`api.artifacts.store.attempt_job_key`).
+
+Agents name the attempt their bytes are of (``attempt``, 1 when absent); users name the one
+they want to read (default: the job's current attempt for logs, the last one that recorded
+outputs for outputs). An attempt the job has not had is a 404 problem naming those it has.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import Query
+
+from api.http.problems import Problem
+
+MAX_ATTEMPT = 1000
+AgentAttempt = Annotated[int, Query(
+    ge=1, le=MAX_ATTEMPT, description="the job's attempt these bytes are of (from 1)",
+)]  # fmt: skip
+UserAttempt = Annotated[int | None, Query(
+    ge=1, le=MAX_ATTEMPT,
+    description="which attempt of the job (from 1; default: the last one)",
+)]  # fmt: skip
+
+
+def current_attempt(document: dict[str, Any]) -> int:
+    """The job's attempt now (1 for a job that never was preempted or retried)."""
+    return int(document.get("attempt") or 1)
+
+
+def last_attempt(document: dict[str, Any]) -> int:
+    """The highest attempt the job has had."""
+    listed = [int(entry.get("attempt") or 0) for entry in document.get("attempts") or []]
+    return max([current_attempt(document), *listed])
+
+
+def chosen_attempt(document: dict[str, Any], attempt: int | None, default: int | None = None,
+                   ) -> int:  # fmt: skip
+    """``attempt`` when the job had it (``default``, else its current one, when None); a 404
+    problem naming the attempts it had otherwise."""
+    if attempt is None:
+        return default or current_attempt(document)
+    last = last_attempt(document)
+    if not 1 <= attempt <= last:
+        had = "attempt 1" if last == 1 else f"attempts 1 to {last}"
+        raise Problem(
+            404, "attempt-not-found", "No such attempt",
+            f"job '{document['name']}' has had {had}, not attempt {attempt}: name one of "
+            f"those (`flexai training inspect {document['name']}` lists them)",
+            attempts=list(range(1, last + 1)),
+        )  # fmt: skip
+    return attempt
+
+
+def output_attempt(document: dict[str, Any], output: dict[str, Any]) -> int:
+    """The attempt whose output a recorded one is: as the view says, else the last attempt
+    that had started when it was recorded (the views keep a node's last output only)."""
+    if output.get("attempt"):
+        return int(output["attempt"])
+    recorded = _moment(output.get("at"))
+    if recorded is None or not document.get("attempts"):
+        return current_attempt(document)
+    started = [int(entry["attempt"]) for entry in document.get("attempts") or []
+               if entry.get("attempt") and (moment := _moment(entry.get("started_at")))
+               and moment <= recorded]  # fmt: skip
+    return max(started, default=1)
+
+
+def outputs_attempt(document: dict[str, Any]) -> int:
+    """The default attempt of a fetch: the last one that recorded outputs, else the last."""
+    recorded = [output_attempt(document, output) for output in document.get("outputs") or []]
+    return max(recorded, default=current_attempt(document))
+
+
+def _moment(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None

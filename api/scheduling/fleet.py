@@ -1,0 +1,134 @@
+"""What a scheduling round reads of the fleet for the policy (:func:`domain.policy.plan`): the
+jobs waiting to be placed, the jobs lined up on or holding each node, each owner's decayed
+accelerator-hours, holdings and quota.
+
+A job's priority and owner never change: they are read from its document once and kept (a
+round with ten thousand waiting jobs reads only the new ones). The jobs on nodes are few (at
+most a node's worth in line per priority, and what runs), and are read each round; usage is
+summed again every ``USAGE_EVERY_S``; quotas are read every round.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from api.services import Services
+from domain.policy import HALF_LIFE_S, Lined, Queued, Running, decayed_usage
+from domain.sharing import preemptible, rank_of
+from domain.statuses import Status
+
+USAGE_EVERY_S = 10.0
+USAGE_WINDOW_HALF_LIVES = 10
+"""Runs that ended longer ago than this many half-lives weigh under a thousandth: not read."""
+HOLDS = frozenset({Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value})
+LINED_SINCE = ("Enqueued", "Preempted", "NodeAssigned")
+"""The events after which a job on a node waits for its accelerators."""
+
+
+def _epoch(moment: str) -> float:
+    return datetime.fromisoformat(moment).timestamp()
+
+
+class Fleet:
+    """One round's view of the fleet, and what stays true from round to round."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._static: dict[str, tuple[str, int, bool]] = {}
+        """job id -> (owner, priority rank, preemptible): they never change."""
+        self._usage: tuple[float, dict[str, float]] = (0.0, {})
+        self.documents: dict[str, dict[str, Any]] = {}
+        """This round's documents of the jobs on nodes, by id."""
+
+    def static(self, job_ids: list[str]) -> dict[str, tuple[str, int, bool]]:
+        unknown = [job_id for job_id in job_ids if job_id not in self._static]
+        for start in range(0, len(unknown), 500):
+            for job_id, document in self.services.queries.jobs(unknown[start:start + 500]).items():
+                spec = document["spec"]
+                self._static[job_id] = (document["owner"], rank_of(spec), preemptible(spec))
+        return self._static
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop what is kept of jobs no longer waiting nor on a node."""
+        if len(self._static) > 2 * max(len(keep), 1000):
+            self._static = {k: v for k, v in self._static.items() if k in keep}
+
+    def queue(self, rows: list[dict[str, Any]], now: float) -> list[Queued]:
+        static = self.static([row["id"] for row in rows])
+        queued = []
+        for row in rows:
+            facts = static.get(row["id"])
+            if facts is None:
+                continue  # its document is not in the views yet: the next round
+            owner, rank, _ = facts
+            queued.append(Queued(row["id"], owner, int(row["accels"]), int(row["nodes"]), rank,
+                                 _epoch(row["created_at"]),
+                                 max(now - _epoch(row["updated_at"]), 0.0)))  # fmt: skip
+        return queued
+
+    def on_nodes(self, now: float) -> tuple[list[Lined], list[Running], dict[str, int]]:
+        """The jobs lined up on nodes (building ones too: they take room in the line), those
+        holding accelerators, and what each owner's jobs hold or are placed for."""
+        rows = self.services.queries.on_nodes()
+        by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_job[str(row["job_id"])].append(row)
+        self.documents = self.services.queries.jobs(list(by_job))
+        static = self.static(list(by_job))
+        lined: list[Lined] = []
+        running: list[Running] = []
+        held: dict[str, int] = defaultdict(int)
+        for job_id, placements in by_job.items():
+            document, facts = self.documents.get(job_id), static.get(job_id)
+            if document is None or facts is None:
+                continue
+            owner, rank, may_preempt = facts
+            accels = int(placements[0]["accels"])
+            node_ids = tuple(str(row["node_id"]) for row in placements)
+            held[owner] += accels * len(node_ids)
+            if placements[0]["status"] in HOLDS:
+                started = document.get("attempts") or [{}]
+                running.append(Running(
+                    job_id, owner, accels, node_ids, rank, may_preempt,
+                    _epoch(started[-1].get("started_at") or document["updated_at"]),
+                    preempting=document.get("preemption") is not None
+                    or placements[0]["status"] != Status.IN_PROGRESS.value,
+                ))  # fmt: skip
+            else:
+                waited = now - _epoch(_lined_since(document))
+                lined.append(Lined(job_id, owner, accels, node_ids, rank,
+                                   waited if document["status"] == "enqueued" else 0.0))
+        return lined, running, dict(held)
+
+    def usage(self, now: float) -> dict[str, float]:
+        at, usage = self._usage
+        if now - at >= USAGE_EVERY_S:
+            since = datetime.fromtimestamp(now, UTC) - timedelta(
+                seconds=HALF_LIFE_S * USAGE_WINDOW_HALF_LIVES)
+            rows = self.services.queries.usage_intervals(since.isoformat())
+            usage = decayed_usage(
+                ((row["owner"], int(row["accels"]), _epoch(row["started_at"]),
+                  _epoch(row["ended_at"]) if row["ended_at"] else None) for row in rows),
+                now,
+            )  # fmt: skip
+            self._usage = (now, usage)
+        return usage
+
+    def quotas(self) -> dict[str, int]:
+        """Read every round (one small query): a quota set holds from the next round on."""
+        return self.services.identities.quotas()
+
+
+def _lined_since(document: dict[str, Any]) -> str:
+    """When the job began to wait in its nodes' lines (built, or preempted)."""
+    for entry in reversed(document.get("history") or []):
+        if entry["event"] in LINED_SINCE:
+            return str(entry["at"])
+    return str(document["updated_at"])
+
+
+def now_s() -> float:
+    return time.time()

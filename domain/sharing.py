@@ -1,0 +1,82 @@
+"""What a job asks of a shared fleet: its priority, whether it may be preempted, how often it
+is retried. These live in the job's spec (stored only where they differ from their defaults, so
+specs written before them read the same); the scheduler's policy (:mod:`domain.policy`) and the
+job's commands read them here.
+
+Imports: domain.values only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from domain.values import InvalidValue, check_int
+
+PRIORITIES = ("low", "normal", "high")
+"""A priority's rank is its index: high (2) goes before normal (1) before low (0)."""
+DEFAULT_PRIORITY = "normal"
+MAX_RETRIES = 20
+MAX_RETRY_CODES = 16
+SHARING_FIELDS = frozenset({"priority", "preemptible", "max_retries", "retry_on_exit_codes"})
+RETRIED_FAILURES = frozenset({"node_lost"})
+"""Failures a job with retries left is always retried on: it did nothing wrong itself."""
+
+
+def priority_of(spec: Mapping[str, Any]) -> str:
+    return str(spec.get("priority") or DEFAULT_PRIORITY)
+
+
+def rank_of(spec: Mapping[str, Any]) -> int:
+    return PRIORITIES.index(priority_of(spec))
+
+
+def default_preemptible(priority: str) -> bool:
+    """Low-priority jobs may be preempted unless they say otherwise; others may not."""
+    return priority == "low"
+
+
+def preemptible(spec: Mapping[str, Any]) -> bool:
+    value = spec.get("preemptible")
+    return default_preemptible(priority_of(spec)) if value is None else bool(value)
+
+
+def max_retries(spec: Mapping[str, Any]) -> int:
+    return int(spec.get("max_retries") or 0)
+
+
+def retry_codes(spec: Mapping[str, Any]) -> frozenset[int]:
+    return frozenset(int(code) for code in spec.get("retry_on_exit_codes") or ())
+
+
+def check_sharing(spec: Mapping[str, Any]) -> None:
+    """The sharing fields of a spec within their bounds."""
+    priority = spec.get("priority")
+    if priority is not None and priority not in PRIORITIES:
+        raise InvalidValue("priority", f"must be one of {', '.join(PRIORITIES)}, "
+                           f"not {str(priority)[:40]!r}")  # fmt: skip
+    value = spec.get("preemptible")
+    if value is not None and not isinstance(value, bool):
+        raise InvalidValue("preemptible", f"must be true or false, not {value!r:.40}")
+    if spec.get("max_retries") is not None:
+        check_int(spec["max_retries"], "max_retries", 0, MAX_RETRIES)
+    codes = spec.get("retry_on_exit_codes")
+    if codes is None:
+        return
+    if not isinstance(codes, list) or len(codes) > MAX_RETRY_CODES:
+        raise InvalidValue("retry_on_exit_codes",
+                           f"must be a list of at most {MAX_RETRY_CODES} exit codes")  # fmt: skip
+    for index, code in enumerate(codes):
+        check_int(code, f"retry_on_exit_codes[{index}]", 1, 255)
+    if len(set(codes)) != len(codes):
+        raise InvalidValue("retry_on_exit_codes", "names an exit code twice")
+
+
+def retry_cause(spec: Mapping[str, Any], code: str, exit_code: int | None) -> str | None:
+    """Why an attempt that ended so is retried (``node_lost``, ``exit code 137``); None: the
+    job fails for good (what retries it has left is the job's to count)."""
+    if code in RETRIED_FAILURES:
+        return code
+    if exit_code is not None and exit_code in retry_codes(spec):
+        return f"exit code {exit_code}"
+    return None

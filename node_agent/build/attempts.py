@@ -1,0 +1,69 @@
+"""A later attempt of a job built on this node, after a preemption: it keeps the build (the
+repository, the venv, the inputs) and gets folders of its own (its log, output and checkpoint
+folders: see :class:`node_agent.models.JobDirs`), with the checkpoint the control plane names
+unpacked into its fresh input checkpoint folder, as the build does for the first attempt.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+
+from node_agent.build.builder import BuildFailed, FetchCheckpoint, JobBuild
+from node_agent.build.secrets import JobSecrets
+from node_agent.models import IN_PROGRESS, Assignment, JobDirs
+from node_agent.run.jobuser import JobUser, hand_over_folders
+from node_agent.run.launch import EntryPointNotFound, resolve_entry_point
+
+PREEMPTED = "[agent] preempted: stopping for a higher-priority job"
+
+
+def asked_to_make_way(assignment: Assignment, attempt: int) -> bool:
+    """Whether the control plane asks this node to stop ``attempt`` of the job, running here,
+    for a higher-priority job."""
+    return assignment.status == IN_PROGRESS and assignment.preempt and assignment.attempt >= attempt
+
+
+def runs_again(assignment: Assignment, ran: int) -> bool:
+    """Whether the assignment is the go of an attempt after ``ran`` (accelerators still to
+    be checked): the job waited enqueued since its preemption, and its turn came."""
+    return assignment.status == IN_PROGRESS and assignment.attempt > ran and not assignment.preempt
+
+
+def prepare_attempt(
+    dirs: JobDirs,
+    assignment: Assignment,
+    *,
+    secrets: JobSecrets,
+    fetch_checkpoint: FetchCheckpoint,
+    log: Callable[[str], None],
+    cancel: threading.Event,
+    as_user: JobUser | None,
+    python: str = sys.executable,
+) -> tuple[str, ...]:
+    """Make ``dirs`` (the new attempt's, made by :meth:`JobDirs.create_attempt`) ready: the
+    input checkpoint the assignment names fetched and unpacked, the folders handed to the
+    job's user; return the entry point's command line. :class:`BuildFailed` says why the
+    attempt cannot run here."""
+    build = JobBuild(
+        assignment.spec,
+        dirs,
+        log=log,
+        cancel=cancel,
+        input_checkpoint_id=assignment.input_checkpoint_id,
+        fetch_checkpoint=fetch_checkpoint,
+        as_user=as_user,
+        python=python,
+        secrets=secrets,
+    )
+    build.require_secrets()
+    build.unpack_input_checkpoint()
+    if as_user is not None:
+        hand_over_folders(dirs.attempt_folders, as_user)
+    try:
+        argv = resolve_entry_point(assignment.spec.entry_point, dirs.repo, dirs.venv,
+                                   assignment.spec.env)  # fmt: skip
+    except EntryPointNotFound as error:  # its build is gone from this node
+        raise BuildFailed("entry_point_not_found", str(error), None) from None
+    return tuple(argv)
