@@ -38,7 +38,7 @@ else:
     print("fresh start, restart", restarts, flush=True)
 checkpoints = pathlib.Path(os.environ["FLEXAI_OUTPUT_CHECKPOINT_DIR"])
 for step in range(start + 1, total + 1):
-    time.sleep(0.25)
+    time.sleep(0.15)
     partial = checkpoints / f".partial-{step}"
     partial.mkdir(parents=True)
     history = [{"step": step, "loss": 1.0 / step}]
@@ -105,7 +105,7 @@ def test_a_high_job_preempts_a_low_one_which_resumes_from_its_checkpoint_after(
     fleet.flexai("admin", "user", "high-priority", "bob", "--allow")
     resumable = repo_factory({"requirements.txt": "", "train.py": RESUMABLE})
     alice.flexai("training", "run", "long", "-u", str(resumable), "--priority", "low",
-                 "--accels", "2", "--", "train.py", "24")  # fmt: skip
+                 "--accels", "2", "--", "train.py", "50")  # fmt: skip
     alice.wait_for("long", {"in progress"})
     deadline = time.monotonic() + 60
     while len(alice.flexai("training", "checkpoints", "long").splitlines()) < 4:  # 3 and a header
