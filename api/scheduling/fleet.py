@@ -71,36 +71,45 @@ class Fleet:
 
     def on_nodes(self, now: float) -> tuple[list[Lined], list[Running], dict[str, int]]:
         """The jobs lined up on nodes (building ones too: they take room in the line), those
-        holding accelerators, and what each owner's jobs hold or are placed for."""
-        rows = self.services.queries.on_nodes()
+        holding accelerators, and what each owner's jobs hold or are placed for.
+
+        The documents of the jobs in line are read (when each began to wait); those of the
+        running jobs only when one of them may be preempted (a job of higher priority is in
+        line): when each started, and whether a preemption is under way."""
         by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
+        for row in self.services.queries.on_nodes():
             by_job[str(row["job_id"])].append(row)
-        self.documents = self.services.queries.jobs(list(by_job))
         static = self.static(list(by_job))
+        known = {job_id: rows for job_id, rows in by_job.items() if job_id in static}
+        holding = {job_id for job_id, rows in known.items() if rows[0]["status"] in HOLDS}
+        waiting = [job_id for job_id in known if job_id not in holding]
+        top = max((static[job_id][1] for job_id in waiting), default=-1)
+        exposed = self.services.settings.preempt_after_s is not None and any(
+            static[job_id][2] and static[job_id][1] < top for job_id in holding)
+        self.documents = self.services.queries.jobs(
+            waiting + (sorted(holding) if exposed else []))
         lined: list[Lined] = []
         running: list[Running] = []
         held: dict[str, int] = defaultdict(int)
-        for job_id, placements in by_job.items():
-            document, facts = self.documents.get(job_id), static.get(job_id)
-            if document is None or facts is None:
-                continue
-            owner, rank, may_preempt = facts
-            accels = int(placements[0]["accels"])
+        for job_id, placements in known.items():
+            owner, rank, may_preempt = static[job_id]
+            accels, status = int(placements[0]["accels"]), placements[0]["status"]
             node_ids = tuple(str(row["node_id"]) for row in placements)
             held[owner] += accels * len(node_ids)
-            if placements[0]["status"] in HOLDS:
-                started = document.get("attempts") or [{}]
+            document = self.documents.get(job_id) or {}
+            if job_id in holding:
+                attempts = document.get("attempts") or [{}]
+                started = attempts[-1].get("started_at") or document.get("updated_at")
                 running.append(Running(
                     job_id, owner, accels, node_ids, rank, may_preempt,
-                    _epoch(started[-1].get("started_at") or document["updated_at"]),
+                    _epoch(started) if started else 0.0,
                     preempting=document.get("preemption") is not None
-                    or placements[0]["status"] != Status.IN_PROGRESS.value,
+                    or status != Status.IN_PROGRESS.value,
                 ))  # fmt: skip
-            else:
+            elif document:
                 waited = now - _epoch(_lined_since(document))
                 lined.append(Lined(job_id, owner, accels, node_ids, rank,
-                                   waited if document["status"] == "enqueued" else 0.0))
+                                   waited if status == Status.ENQUEUED.value else 0.0))
         return lined, running, dict(held)
 
     def usage(self, now: float) -> dict[str, float]:
