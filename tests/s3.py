@@ -192,11 +192,23 @@ def s3_client(endpoint_url: str) -> Any:
     )  # fmt: skip
 
 
+FIRST_STARTS = 3
+"""Tries of a first start, each on new ports: another process may take a port between the
+probe that found it free and the server's bind (``address already in use``)."""
+
+
 @contextmanager
 def running_seaweedfs(directory: Path) -> Iterator[SeaweedFS]:
     """A started SeaweedFS, stopped afterwards."""
-    store = SeaweedFS(directory)
-    store.start()
+    for attempt in range(1, FIRST_STARTS + 1):
+        store = SeaweedFS(directory / f"start-{attempt}")
+        try:
+            store.start()
+            break
+        except RuntimeError:
+            store.stop()
+            if attempt == FIRST_STARTS:
+                raise
     try:
         yield store
     finally:
