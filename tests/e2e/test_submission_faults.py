@@ -20,7 +20,7 @@ from tests.pg import fresh_database
 
 pytestmark = pytest.mark.e2e
 
-SUBMISSIONS = 2000
+SUBMISSIONS = 1200
 CLIENTS = 4
 KILL_AFTER = 500
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
