@@ -78,8 +78,10 @@ def test_a_job_whose_logs_cannot_be_stored_ends_anyway_and_inspect_says_why(
                timeout=30)  # fmt: skip
 
     jobs_dir = fragile.root / "data" / "artifacts" / "jobs"
-    shutil.rmtree(jobs_dir)
+    removed = jobs_dir.with_name("jobs-removed")
+    jobs_dir.rename(removed)  # at once: the server may be writing in it this very moment
     jobs_dir.write_text("the disk refuses writes here")  # even root cannot write under a file
+    shutil.rmtree(removed, ignore_errors=True)
 
     document = fragile.wait_for(job_name, {"succeeded"}, timeout=90)
     missing = document["logs_unavailable"]
