@@ -216,7 +216,7 @@ class Scheduler:
         holders: dict[str, list[dict[str, Any]]] = {}
         waits: dict[str, dict[str, Any]] = {}
         for row in services.queries.jobs_in([Status.ENQUEUED]):
-            document = services.queries.job(row["id"])
+            document = self.fleet.documents.get(row["id"]) or services.queries.job(row["id"])
             if document is None:
                 continue
             row = {**row, "created_at": document["created_at"]}  # its place in the lines
