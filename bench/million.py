@@ -20,15 +20,11 @@ rounds, and the server's RSS within 10% of the small size's. The seeder's jobs/s
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-
-import httpx
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -36,7 +32,8 @@ for entry in (ROOT, HERE):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
-from views import Server, chosen_stores, cursor_at, measure, percentile, positive  # noqa: E402
+from views import chosen_stores, percentile, positive  # noqa: E402
+from views import serve_and_measure as views_calls  # noqa: E402
 
 from api.settings import Settings  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
@@ -71,28 +68,9 @@ def seed(settings: Settings, count: int, start: int) -> float:
 def serve_and_measure(root: Path, settings: Settings, database_url: str | None, count: int,
                       rounds: int) -> tuple[dict[str, list[float]], float]:  # fmt: skip
     """p99s of each call, and the server's RSS in MiB after them."""
-    deep = cursor_at(settings, count // 2)
-    deep_stopped = cursor_at(settings, max(1, count // 20), "stopped")
     with ExitStack() as stack:
-        server = Server(root, database_url)
-        stack.callback(server.close)
-        http = server.http
-        pick = random.Random(7)
-        calls: dict[str, Callable[[], httpx.Response]] = {
-            "GET /health (baseline)": lambda: http.get("/health"),
-            "GET /v1/jobs?limit=50 (first page)": lambda: http.get("/v1/jobs?limit=50"),
-            "GET /v1/jobs?limit=50 (page half-way, cursor)":
-                lambda: http.get("/v1/jobs", params={"limit": 50, "cursor": deep}),
-            "GET /v1/jobs?limit=50&status=stopped (half-way)":
-                lambda: http.get("/v1/jobs", params={"limit": 50, "status": "stopped",
-                                                     "cursor": deep_stopped}),
-            "GET /v1/jobs/{name} (random job)":
-                lambda: http.get(f"/v1/jobs/{job_name(pick.randrange(count))}"),
-        }  # fmt: skip
-        first = http.get("/v1/jobs?limit=50").json()
-        assert first["count"] == min(50, count), first
-        timings = measure(server, calls, rounds)
-        rss, _ = server.rss_mib()
+        timings, rss, _ = views_calls(stack, root, settings, database_url, count, rounds,
+                                      job_name)
     return timings, rss
 
 

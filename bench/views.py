@@ -199,6 +199,37 @@ def measure(server: Server, calls: dict[str, Callable[[], httpx.Response]], roun
     return timings
 
 
+def serve_and_measure(
+    stack: ExitStack, root: Path, settings: Settings, database_url: str | None, count: int,
+    rounds: int, name: Callable[[int], str] = job_name,
+) -> tuple[dict[str, list[float]], float, float]:  # fmt: skip
+    """Start a server on the seeded views (closed with ``stack``) and time each list and
+    inspect call (of jobs named ``name(index)``) next to ``GET /health``: the timings, and the
+    server's RSS and peak in MiB."""
+    deep = cursor_at(settings, count // 2)
+    deep_stopped = cursor_at(settings, max(1, count // 20), "stopped")
+    server = Server(root, database_url)
+    stack.callback(server.close)
+    http = server.http
+    pick = random.Random(7)
+    calls: dict[str, Callable[[], httpx.Response]] = {
+        "GET /health (baseline)": lambda: http.get("/health"),
+        "GET /v1/jobs?limit=50 (first page)": lambda: http.get("/v1/jobs?limit=50"),
+        "GET /v1/jobs?limit=50 (page half-way, cursor)":
+            lambda: http.get("/v1/jobs", params={"limit": 50, "cursor": deep}),
+        "GET /v1/jobs?limit=50&status=stopped (half-way)":
+            lambda: http.get("/v1/jobs", params={"limit": 50, "status": "stopped",
+                                                 "cursor": deep_stopped}),
+        "GET /v1/jobs/{name} (random job)":
+            lambda: http.get(f"/v1/jobs/{name(pick.randrange(count))}"),
+    }  # fmt: skip
+    first = http.get("/v1/jobs?limit=50").json()
+    assert first["count"] == min(50, count), first
+    timings = measure(server, calls, rounds)
+    rss, peak = server.rss_mib()
+    return timings, rss, peak
+
+
 def bench_store(store: str, count: int, batch: int, rounds: int) -> list[str]:
     with ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-views-")))
@@ -215,27 +246,8 @@ def bench_store(store: str, count: int, batch: int, rounds: int) -> list[str]:
         ledger_s, views_s = seed(settings, count, batch)
         print(f"  ledger {ledger_s:.0f} s ({count / ledger_s:,.0f} jobs/s), views catch-up "
               f"{views_s:.0f} s ({count / views_s:,.0f} jobs/s)", flush=True)  # fmt: skip
-        deep = cursor_at(settings, count // 2)
-        deep_stopped = cursor_at(settings, max(1, count // 20), "stopped")
-        server = Server(root, database_url)
-        stack.callback(server.close)
-        http = server.http
-        pick = random.Random(7)
-        calls: dict[str, Callable[[], httpx.Response]] = {
-            "GET /health (baseline)": lambda: http.get("/health"),
-            "GET /v1/jobs?limit=50 (first page)": lambda: http.get("/v1/jobs?limit=50"),
-            f"GET /v1/jobs?limit=50 (page at job {count // 2:,})":
-                lambda: http.get("/v1/jobs", params={"limit": 50, "cursor": deep}),
-            "GET /v1/jobs?limit=50&status=stopped (half-way)":
-                lambda: http.get("/v1/jobs", params={"limit": 50, "status": "stopped",
-                                                     "cursor": deep_stopped}),
-            "GET /v1/jobs/{name} (random job)":
-                lambda: http.get(f"/v1/jobs/{job_name(pick.randrange(count))}"),
-        }  # fmt: skip
-        first = http.get("/v1/jobs?limit=50").json()
-        assert first["count"] == min(50, count), first
-        timings = measure(server, calls, rounds)
-        rss, peak = server.rss_mib()
+        timings, rss, peak = serve_and_measure(stack, root, settings, database_url, count,
+                                               rounds)  # fmt: skip
     baseline_p99 = percentile(next(iter(timings.values())), 99)
     lines = [f"\n{store}, {count:,} jobs, {rounds} calls each", "",
              f"| {'call':<52} | p50 ms | p99 ms | p99 / baseline |",
