@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from domain.scheduling import Assign, Decision, NodeCapacity, Reject, Wait, choose_node
+from domain.sharing import PRIORITIES
 
-PRIORITIES = ("low", "normal", "high")
-"""Priority names; a job's rank is the index of its name."""
 HALF_LIFE_S = 86400.0
 _HOUR_S = 3600.0
 _AGE = attrgetter("submitted", "job_id")

@@ -10,7 +10,6 @@ summed again every ``USAGE_EVERY_S``; quotas are read every round.
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -137,7 +136,3 @@ def _lined_since(document: dict[str, Any]) -> str:
         if entry["event"] in LINED_SINCE:
             return str(entry["at"])
     return str(document["updated_at"])
-
-
-def now_s() -> float:
-    return time.time()
