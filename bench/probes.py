@@ -107,6 +107,20 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / _TICKS
 
 
+def postgres_pids() -> list[int]:
+    """Every PostgreSQL process of this machine (the database's whole cost, its background
+    writers too)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # it ended meanwhile
+    return pids
+
+
 class Profiles:
     """``py-spy record`` attached to each named process until :meth:`stop` (raw stacks, one
     file each, for flamegraph.pl or a count by frame)."""

@@ -10,7 +10,10 @@ the ratio is the number to watch (the machines are shared and noisy):
 1. submit: N ``POST /v1/jobs`` (default 800) from C client threads (default 8) to a real
    ``flexai server`` process, in jobs/s; baseline: a raw psycopg (or sqlite3) loop on one
    connection that inserts and commits one row per submission into a scratch table of the same
-   database. Target on PostgreSQL: at least 0.5 x the baseline.
+   database. Target on PostgreSQL: at least 0.5 x the baseline. Beside it (unless
+   ``--no-slurm``): Slurm's ``sbatch --wrap true`` from as many threads (``bench/slurm.py``;
+   target: at least 3 x), and the CPU one submission cost the server, the database and the
+   clients, with the rate the machine's cores allow at that cost.
 2. lag: a steady stream of events (default 500/s for 10 s: job submissions, two events each,
    from ``--writers`` writer processes, 2 by default, each an application of its own) while
    this process's projector (another replica: on PostgreSQL it follows by LISTEN/NOTIFY, on
@@ -50,6 +53,9 @@ ROOT = HERE.parent
 for entry in (ROOT, HERE):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
+
+from probes import cpu_seconds, postgres_pids  # noqa: E402
+from slurm import SlurmUnavailable, sbatch_rate  # noqa: E402
 
 from api.settings import Settings  # noqa: E402
 from domain.actors import user  # noqa: E402
@@ -92,7 +98,7 @@ def store_url(store: str, root: Path, prefix: str) -> Iterator[str]:
 
 
 @contextmanager
-def server(url: str, root: Path) -> Iterator[tuple[str, str]]:
+def server(url: str, root: Path) -> Iterator[tuple[str, str, int]]:
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {**os.environ, "FLEXAI_CONFIG": str(root / "config.json"), "PYTHONPATH": str(ROOT)}
@@ -118,15 +124,19 @@ def server(url: str, root: Path) -> Iterator[tuple[str, str]]:
                 raise RuntimeError(f"the server did not start; see {root / 'server.log'}")
             time.sleep(0.1)
         token = json.loads((root / "config.json").read_text())["token"]
-        yield base, token
+        yield base, token, process.pid
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def bench_submit(store: str, root: Path, count: int, clients: int) -> tuple[float, float]:
-    """Jobs/s through the API, and the raw one-row-per-commit loop's rows/s."""
-    with store_url(store, root, "bench_submit") as url, server(url, root) as (base, token):
+def bench_submit(
+    store: str, root: Path, count: int, clients: int
+) -> tuple[float, float, dict[str, float]]:
+    """Jobs/s through the API, the raw one-row-per-commit loop's rows/s, and the CPU time one
+    submission cost the server, the database and the clients (ms)."""
+    with store_url(store, root, "bench_submit") as url, \
+            server(url, root) as (base, token, server_pid):  # fmt: skip
         headers = {"Authorization": f"Bearer {token}"}
         names = iter(range(count))
         lock = threading.Lock()
@@ -142,13 +152,18 @@ def bench_submit(store: str, root: Path, count: int, clients: int) -> tuple[floa
                     if answer.status_code != 201:
                         raise RuntimeError(f"{answer.status_code} {answer.text}")
 
+        database = postgres_pids() if store == "postgres" else []
+        before = (cpu_seconds(server_pid), sum(map(cpu_seconds, database)), time.process_time())
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
             for future in [pool.submit(client) for _ in range(clients)]:
                 future.result()
         ours = count / (time.perf_counter() - started)
+        after = (cpu_seconds(server_pid), sum(map(cpu_seconds, database)), time.process_time())
+        cpu = {part: (end - start) * 1000 / count for part, start, end in
+               zip(("server", "database", "clients"), before, after, strict=True)}  # fmt: skip
         baseline = raw_commits(url, count)
-    return ours, baseline
+    return ours, baseline, cpu
 
 
 def raw_commits(url: str, count: int) -> float:
@@ -345,17 +360,36 @@ def main() -> int:
     parser.add_argument("--writers", type=int, default=2, help="lag: writer threads")
     parser.add_argument("--rebuild-jobs", type=int, default=2000)
     parser.add_argument("--only", choices=("submit", "lag", "rebuild"), default=None)
+    parser.add_argument("--no-slurm", action="store_true",
+                        help="submit: leave out Slurm's sbatch baseline")  # fmt: skip
     args = parser.parse_args()
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     rows: list[tuple[str, str, str, str]] = []
+    sbatch: float | None = None  # measured once, beside the first store's submissions
+    slurm_missing = ""
     for store in stores:
         with ExitStack() as stack:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             if args.only in (None, "submit"):
-                ours, base = bench_submit(store, root / "submit", args.submissions, args.clients)
+                ours, base, cpu = bench_submit(store, root / "submit", args.submissions,
+                                               args.clients)  # fmt: skip
                 rows.append((f"submit via API, {args.clients} clients ({store})",
                              f"{ours:.0f} jobs/s", f"{base:.0f} commits/s",
                              f"{ours / base:.2f}x (target >= 0.5x)"))  # fmt: skip
+                if sbatch is None and not args.no_slurm:
+                    try:
+                        sbatch = sbatch_rate(root / "slurm", args.submissions, args.clients)
+                    except SlurmUnavailable as error:
+                        sbatch, slurm_missing = 0.0, str(error)
+                if sbatch:
+                    rows.append((f"submit via API / sbatch, {args.clients} clients ({store})",
+                                 f"{ours:.0f} jobs/s", f"{sbatch:.0f} sbatch/s",
+                                 f"{ours / sbatch:.2f}x (target >= 3x)"))  # fmt: skip
+                ceiling = (os.cpu_count() or 1) * 1000 / sum(cpu.values())
+                rows.append((f"CPU per submission ({store})", f"server {cpu['server']:.2f} ms",
+                             f"database {cpu['database']:.2f} ms",
+                             f"clients {cpu['clients']:.2f} ms: the cores allow "
+                             f"{ceiling:.0f} jobs/s"))  # fmt: skip
             if args.only in (None, "lag"):
                 p50, p99, reached = bench_lag(store, root, args.rate, args.seconds,
                                               args.writers)  # fmt: skip
@@ -364,12 +398,20 @@ def main() -> int:
                              "target p99 <= 50 ms"))  # fmt: skip
             if args.only in (None, "rebuild"):
                 ours, base, events = bench_rebuild(store, root, args.rebuild_jobs)
-                rows.append((f"rebuild views, {events} events ({store})", f"{ours:.0f} ev/s",
-                             f"{base:.0f} rows/s raw", f"{ours / base:.2f}x (target >= 0.3x)"))
+                rows.append(
+                    (
+                        f"rebuild views, {events} events ({store})",
+                        f"{ours:.0f} ev/s",
+                        f"{base:.0f} rows/s raw",
+                        f"{ours / base:.2f}x (target >= 0.3x)",
+                    )
+                )
     width = max(len(row[0]) for row in rows)
     print(f"\n{'row':<{width}}  {'subject':>14}  {'baseline':>18}  ratio")
     for name, subject, baseline, ratio in rows:
         print(f"{name:<{width}}  {subject:>14}  {baseline:>18}  {ratio}")
+    if slurm_missing:
+        print(f"\nno Slurm baseline: {slurm_missing}")
     return 0
 
 

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SLURM_CONF = """\
@@ -160,6 +161,20 @@ class SlurmCluster:
 
     def close(self) -> None:
         stop_all(list(self.processes.values()))
+
+
+def sbatch_rate(root: Path, count: int, clients: int) -> float:
+    """``sbatch --wrap true`` submissions/s from ``clients`` threads, each running sbatch as a
+    user would, to a one-node Slurm started for it (8 CPUs) and stopped after."""
+    cluster = SlurmCluster(root, cpus=8)
+    try:
+        cluster.submit()  # warm-up
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(lambda _: cluster.submit(), range(count)))
+        return count / (time.perf_counter() - started)
+    finally:
+        cluster.close()
 
 
 def stop_all(processes: list[subprocess.Popen[bytes]], timeout: float = 20) -> None:

@@ -79,7 +79,7 @@ def singles_once(base: str, token: str, name: str, jobs: int) -> float:
 def bench(store: str, root: Path, jobs: int, repeat: int) -> tuple[float, float, float]:
     """Median seconds: the sweep, the single POSTs, the raw commit loop."""
     sweeps, singles = [], []
-    with store_url(store, root, "bench_sweep") as url, server(url, root) as (base, token):
+    with store_url(store, root, "bench_sweep") as url, server(url, root) as (base, token, _):
         sweep_once(root, "warm-up", 1)
         for run in range(repeat):
             sweeps.append(sweep_once(root, f"sweep{run}", jobs))

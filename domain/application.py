@@ -23,6 +23,7 @@ from domain.job import TrainingJob
 from domain.job_name import JobName
 from domain.name_claims import NameClaims
 from domain.node import Node
+from domain.node_turns import NodeTurns
 from domain.outcomes import JobNotFound, Outcome
 from domain.reports import apply_report, report_facts, reporting_node
 from domain.scheduler_commands import SchedulerCommands
@@ -69,6 +70,10 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
     # -- helpers --------------------------------------------------------------------------
 
     _retry_lock = threading.Lock()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._node_turns = NodeTurns()
 
     def _retrying(self, command: Callable[[], T]) -> T:
         """Re-run a load-command-save on optimistic-concurrency conflicts, then holding the
@@ -121,9 +126,10 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
             work = self._work()
             job = work.job(job_id)
             node_ids = [placement["node_id"] for placement in job.placements]
-            command(job)
-            work.settle(job, node_ids)
-            return self._save(job_id, *work.aggregates())
+            with self._node_turns.holding(node_ids):  # its nodes are loaded in their turn
+                command(job)
+                work.settle(job, node_ids)
+                return self._save(job_id, *work.aggregates())
 
         return self._retrying(run)
 
@@ -271,12 +277,13 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
             job = work.job(job_id)
             index, by = reporting_node(job, node_id, report.get("node_index"))
             node_ids = [placement["node_id"] for placement in job.placements]
-            if not apply_report(job, kind, report, by, index):
-                return Outcome(job_id, None)
-            if kind == "built":
-                work.try_start(job)
-            work.settle(job, node_ids)
-            return self._save(job_id, *work.aggregates())
+            with self._node_turns.holding(node_ids):  # its nodes are loaded in their turn
+                if not apply_report(job, kind, report, by, index):
+                    return Outcome(job_id, None)
+                if kind == "built":
+                    work.try_start(job)
+                work.settle(job, node_ids)
+                return self._save(job_id, *work.aggregates())
 
         try:
             return self._retrying(run)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from api.services import Services
@@ -27,6 +28,7 @@ LINED_SINCE = ("Enqueued", "Preempted", "NodeAssigned")
 """The events after which a job on a node waits for its accelerators."""
 
 
+@lru_cache(maxsize=1 << 16)  # a waiting job's moments are the same round after round
 def _epoch(moment: str) -> float:
     return datetime.fromisoformat(moment).timestamp()
 

@@ -40,7 +40,8 @@ from projections.db import is_unavailable
 log = logging.getLogger(__name__)
 DEADLINES_EVERY_S = 1.0
 ROUND_GAP_S = 0.005
-"""The least time between two rounds."""
+"""The least time between two rounds; after a longer round, its length up to 1 s (so rounds take
+at most half the server's time, however many jobs wait)."""
 DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
 LEADER_RETRY_S = RETRY_S
@@ -58,7 +59,7 @@ class Scheduler:
         """Called every round on the leader (each keeps its own pace), such as the sweep that
         closes the debug sessions of servers that died (:mod:`api.debug.orphans`)."""
         self.started_at = datetime.now(UTC)
-        self._deadlines_at = 0.0
+        self._deadlines_at = self._last_round_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
@@ -105,7 +106,6 @@ class Scheduler:
         fleet.forget({*rows, *fleet.documents})
         self._held = held
         waits: dict[str, dict[str, Any]] = {}
-        seen: dict[str, str] | None = None  # when each node was last heard of, read once
         saves: list[Command] = []
         for place, job_id in enumerate(decided.order, start=1):
             row, decision = rows[job_id], decided.decisions[job_id]
@@ -116,8 +116,7 @@ class Scheduler:
                 saves.append((services.jobs.reject, (UUID(job_id), decision.code,
                                                      decision.message)))  # fmt: skip
             else:
-                seen = services.state.last_seen() if seen is None else seen
-                waits[job_id] = {**_scheduling_wait(row, decision, seen), "place": place,
+                waits[job_id] = {**_scheduling_wait(row, decision), "place": place,
                                  "of": len(decided.order), "order": decided.reasons[job_id]}
         self._save_side_by_side(saves)
         self._preempt(decided.preemptions)
@@ -328,7 +327,7 @@ class Scheduler:
         # Node leases count from now: agents that talked to a replica that just died need
         # their --node-timeout to find this one.
         self.started_at = datetime.now(UTC)
-        self._deadlines_at = 0.0
+        self._deadlines_at = self._last_round_s = 0.0
         self.services.scheduler_leader.set()
         try:
             self._loop(lock)
@@ -340,9 +339,8 @@ class Scheduler:
         wakeup = self.services.settings.scheduler_interval_s
         while not self._stop.is_set():
             self.services.scheduler_wakeup.wait(wakeup)
-            # Wake-ups that come while a round runs, or right after, make one more round:
-            # a burst of reports is not a round each.
-            self._stop.wait(ROUND_GAP_S)
+            # Wake-ups during a round or right after it make one more round, not one each.
+            self._stop.wait(min(max(ROUND_GAP_S, self._last_round_s), 1.0))
             self.services.scheduler_wakeup.clear()
             if self._stop.is_set():
                 return
@@ -350,6 +348,7 @@ class Scheduler:
                 log.warning("the scheduler lock is lost (its database connection broke): this "
                             "server stops scheduling and tries to take the lock again")  # fmt: skip
                 return
+            started = time.monotonic()
             try:
                 self.run_once()
             except Exception as error:  # each round survives its own errors
@@ -357,6 +356,7 @@ class Scheduler:
                     log.warning("scheduling waits for the database: %s", error)
                 else:
                     log.exception("scheduling round failed")
+            self._last_round_s = time.monotonic() - started
 
     def stop(self) -> None:
         self._stop.set()
@@ -366,15 +366,15 @@ class Scheduler:
         self._savers.shutdown(wait=False, cancel_futures=True)
 
 
-def _scheduling_wait(row: dict[str, Any], decision: Wait, seen: dict[str, str]) -> dict[str, Any]:
-    """Why a job not placed yet waits (its place among them is counted when it is read: it
-    moves with every job placed before it)."""
+def _scheduling_wait(row: dict[str, Any], decision: Wait) -> dict[str, Any]:
+    """Why a job not placed yet waits. When each node was last heard of is looked up when it
+    is read (:meth:`Waits.detail`): a heartbeat does not rewrite every waiting job's row."""
     return {
         "reason": decision.reason,
         "asked": {"accels": row["accels"], "nodes": row["nodes"]},
         "nodes": [
             {"node": node.name, "accels": node.accels, "alive": node.alive,
-             "last_heard": seen.get(node.node_id)}
+             "node_id": node.node_id}
             for node in decision.candidates
         ],  # fmt: skip
     }

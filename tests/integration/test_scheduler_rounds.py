@@ -179,3 +179,23 @@ def test_one_round_places_as_many_jobs_as_the_node_has_room_for_each_once(rounds
     assert [rounds.status(job) for job in jobs] == ["building"] * 2 + ["scheduling"] * 3
     waiting = rounds.services.waits.detail(str(jobs[-1]))
     assert waiting is not None and [node["node"] for node in waiting["nodes"]] == ["gpu-1"]
+
+
+def test_a_job_joining_the_end_of_the_line_counts_in_everyones_place_but_rewrites_one_row(
+    rounds: Round,
+) -> None:
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    waiting = [rounds.submit(f"sweep-{n}", nodes=2) for n in range(3)]
+    rounds.run()
+    rounds.run()  # the first round begins their scheduling, the next places them
+    first = rounds.services.waits.detail(str(waiting[0]))
+    assert first is not None and (first["place"], first["of"]) == (1, 3)
+
+    waiting.append(rounds.submit("sweep-3", nodes=2))
+    rounds.run()
+    rounds.run()
+    again = rounds.services.waits.detail(str(waiting[0]))
+    last = rounds.services.waits.detail(str(waiting[-1]))
+    assert again is not None and (again["place"], again["of"]) == (1, 4)
+    assert again["updated_at"] == first["updated_at"]  # its own row was not written again
+    assert last is not None and (last["place"], last["of"]) == (4, 4)

@@ -19,7 +19,8 @@ MODEL_MODULES = (
 """The aggregates, their rules and the values' bounds."""
 SERVICE_MODULES = (
     "__init__.py", "application.py", "allocation.py", "reports.py", "history.py", "topics.py",
-    "transcodings.py", "submissions.py", "name_claims.py", "outcomes.py", "scheduler_commands.py",
+    "transcodings.py", "submissions.py", "name_claims.py", "node_turns.py", "outcomes.py",
+    "scheduler_commands.py",
 )  # fmt: skip
 """The application service that is the only write path, and what it uses beside the model."""
 
