@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import subprocess
 import time
 import zipfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -142,16 +144,24 @@ def test_a_job_whose_bucket_is_away_waits_and_ends_with_nothing_lost_once_it_is_
     wait_until(lambda: "checkpoint-3" in cluster.flexai("training", "checkpoints",
                                                         job_name).stdout, timeout=120)
 
-    with s3.stopped():
-        gate.touch()  # the entry point writes its output and ends
-        wait_until(lambda: "output_0.zip waits for the artifact store" in cluster.log("agent"),
-                   timeout=120)  # fmt: skip
-        assert cluster.inspect(job_name)["status"] == "in progress"
+    def fetch_before() -> tuple[subprocess.CompletedProcess[str], float]:
         started = time.monotonic()
-        refused = cluster.flexai("training", "fetch", before, "-o", str(tmp_path), check=False)
-        assert refused.returncode == 1 and time.monotonic() - started < 30
+        said = cluster.flexai("training", "fetch", before, "-o", str(tmp_path), check=False)
+        return said, time.monotonic() - started
+
+    with s3.stopped(), ThreadPoolExecutor(1) as pool:
+        gate.touch()  # the entry point writes its output and ends
+        # `fetch` keeps trying for a while before it says the store is away: it does so while
+        # the agent, meanwhile, tries its parts for a while before it says it waits.
+        fetching = pool.submit(fetch_before)
+        waits = f"job {cluster.inspect(job_name)['id']}: output_0.zip waits for the artifact"
+        wait_until(lambda: waits in cluster.log("agent"), timeout=120)
+        assert cluster.inspect(job_name)["status"] == "in progress"
+        refused, took = fetching.result(timeout=150)
+        assert refused.returncode == 1 and took < 30
         assert "storage-unavailable" in refused.stderr and "Traceback" not in refused.stderr
         assert not (tmp_path / "output_0.zip").exists()
+        assert cluster.inspect(job_name)["status"] == "in progress"
 
     cluster.wait_for(job_name, {"succeeded"}, timeout=180)
     fetched_and_checked(cluster, job_name, tmp_path)
@@ -169,10 +179,11 @@ def test_an_agent_killed_mid_upload_uploads_again_once_restarted_and_the_output_
     run(cluster, repo_factory, job_name, f"GATE={gate}")
     wait_until(lambda: "checkpoint-3" in cluster.flexai("training", "checkpoints",
                                                         job_name).stdout, timeout=120)
+    job_id = cluster.inspect(job_name)["id"]
+    waits = f"job {job_id}: output_0.zip waits for the artifact store"  # this job's, no other's
     with s3.stopped():  # the upload begins, and its parts wait for the bucket
         gate.touch()
-        wait_until(lambda: "output_0.zip waits for the artifact store" in cluster.log("agent"),
-                   timeout=120)  # fmt: skip
+        wait_until(lambda: waits in cluster.log("agent"), timeout=120)
         cluster.kill("agent")
     cluster.restart("agent")
 

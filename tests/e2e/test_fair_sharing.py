@@ -18,7 +18,7 @@ import pytest
 
 from node_agent.models import marker_prefix
 from node_agent.run.processes import marked_processes, signal_pids
-from tests.e2e.harness import FLEXAI, Cluster, start_cluster
+from tests.e2e.harness import FLEXAI, TLS, Cluster, start_cluster
 from tests.pg import fresh_database
 
 pytestmark = pytest.mark.e2e
@@ -28,6 +28,7 @@ LEASE_S = 4
 RESUMABLE = """\
 import json, os, pathlib, sys, time
 total = int(sys.argv[1])
+hold = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 given = pathlib.Path(os.environ["FLEXAI_INPUT_CHECKPOINT_DIR"])
 restarts = os.environ["FLEXAI_RESTART_COUNT"]
 start = 0
@@ -46,6 +47,8 @@ for step in range(start + 1, total + 1):
         json.dumps({"global_step": step, "log_history": history}))
     partial.rename(checkpoints / f"checkpoint-{step}")
     print("step", step, flush=True)
+    if step == hold and restarts == "0":
+        time.sleep(120)  # the first attempt goes no further: it waits to be preempted
 print("finished at step", total, flush=True)
 """
 
@@ -64,7 +67,7 @@ class User:
         return done.stdout
 
     def job(self, name: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.cluster.api_url}/v1/jobs/{name}", timeout=30,
+        response = httpx.get(f"{self.cluster.api_url}/v1/jobs/{name}", timeout=30, verify=TLS,
                              headers={"Authorization": f"Bearer {self.token}"})  # fmt: skip
         response.raise_for_status()
         document: dict[str, Any] = response.json()
@@ -105,7 +108,7 @@ def test_a_high_job_preempts_a_low_one_which_resumes_from_its_checkpoint_after(
     fleet.flexai("admin", "user", "high-priority", "bob", "--allow")
     resumable = repo_factory({"requirements.txt": "", "train.py": RESUMABLE})
     alice.flexai("training", "run", "long", "-u", str(resumable), "--priority", "low",
-                 "--accels", "2", "--", "train.py", "50")  # fmt: skip
+                 "--accels", "2", "--", "train.py", "12", "5")  # fmt: skip
     alice.wait_for("long", {"in progress"})
     deadline = time.monotonic() + 60
     while len(alice.flexai("training", "checkpoints", "long").splitlines()) < 4:  # 3 and a header
@@ -184,6 +187,7 @@ def test_a_quota_holds_while_its_user_submits_ten_jobs(
     deadline = time.monotonic() + 120
     while True:
         response = httpx.get(f"{fleet.api_url}/v1/jobs", params={"limit": 100}, timeout=30,
+                             verify=TLS,
                              headers={"Authorization": f"Bearer {alice.token}"})  # fmt: skip
         jobs = {job["name"]: job for job in response.json()["jobs"]}
         on_nodes = [job for job in jobs.values()

@@ -59,9 +59,15 @@ def fragile(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
         yield cluster
 
 
-TALKS_FOR_A_WHILE = """\
-import time
-for step in range(24):
+TALKS_UNTIL_THE_GATE = """\
+import os, pathlib, time
+gate = pathlib.Path(os.environ["GATE"])
+step = 0
+while not gate.exists() and step < 480:
+    print(f"step {step}", flush=True)
+    step += 1
+    time.sleep(0.25)
+for step in range(step, step + 4):  # and a while after: lines written once the disk broke
     print(f"step {step}", flush=True)
     time.sleep(0.25)
 print("done")
@@ -69,10 +75,12 @@ print("done")
 
 
 def test_a_job_whose_logs_cannot_be_stored_ends_anyway_and_inspect_says_why(
-    fragile: Cluster, repo_factory: RepoFactory, job_name: str
+    fragile: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
 ) -> None:
-    repo = repo_factory({"requirements.txt": "", "train.py": TALKS_FOR_A_WHILE})
-    fragile.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py")
+    repo = repo_factory({"requirements.txt": "", "train.py": TALKS_UNTIL_THE_GATE})
+    gate = tmp_path / "gate"
+    fragile.flexai("training", "run", job_name, "-u", str(repo), "-E", f"GATE={gate}", "--",
+                   "train.py")  # fmt: skip
     fragile.wait_for(job_name, {"in progress"})
     wait_until(lambda: "step 1" in fragile.flexai("training", "logs", job_name).stdout,
                timeout=30)  # fmt: skip
@@ -82,6 +90,7 @@ def test_a_job_whose_logs_cannot_be_stored_ends_anyway_and_inspect_says_why(
     jobs_dir.rename(removed)  # at once: the server may be writing in it this very moment
     jobs_dir.write_text("the disk refuses writes here")  # even root cannot write under a file
     shutil.rmtree(removed, ignore_errors=True)
+    gate.touch()  # the job talks on a while, then ends
 
     document = fragile.wait_for(job_name, {"succeeded"}, timeout=90)
     missing = document["logs_unavailable"]

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import ROOT, TERMINAL, Cluster, _start, _wait, free_port
+from tests.e2e.harness import ROOT, TERMINAL, TLS, Cluster, _start, _wait, free_port
 from tests.pg import POSTGRES_ADMIN_URL, fresh_database
 from tests.support import make_repo, wait_until
 
@@ -47,7 +47,7 @@ class Replica:
 
     def health(self) -> dict[str, Any]:
         try:
-            response = httpx.get(self.url + "/health", timeout=5)
+            response = httpx.get(self.url + "/health", timeout=5, verify=TLS)
         except httpx.HTTPError:
             return {}
         document: dict[str, Any] = response.json()

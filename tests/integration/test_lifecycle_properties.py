@@ -141,6 +141,10 @@ class Ledger(RuleBasedStateMachine):
         self.node_ids: dict[str, str] = {}
         self.probed: set[str] = set()
         self.submitted = itertools.count()
+        self.histories: dict[UUID, list[str]] = {}
+        self.histories_at = -1
+        """Each job's history as read at ledger position ``histories_at`` (the invariants
+        read each once per step: a history changes only as the ledger grows)."""
 
     @initialize()
     def register_nodes(self) -> None:
@@ -598,13 +602,20 @@ class Ledger(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------------
 
-    def _event_names(self, job_id: UUID) -> list[str]:
-        return [type(event).__name__ for event in self.app.history(job_id)]
+    def _event_names(self) -> dict[UUID, list[str]]:
+        """Every job's history: the event names."""
+        end = self._ledger_end()
+        if end != self.histories_at:
+            self.histories, self.histories_at = {}, end
+        for job_id in self.expected.keys() - self.histories.keys():
+            self.histories[job_id] = [type(event).__name__ for event in self.app.history(job_id)]
+        return self.histories
 
     @invariant()
     def every_history_follows_the_lifecycle_table(self) -> None:
+        histories = self._event_names()
         for job_id, job in self.expected.items():
-            names = self._event_names(job_id)
+            names = histories[job_id]
             assert len(names) == job.events, f"{job.name}: {names}"
             assert names[0] == "Submitted"
             statuses = [EVENT_STATUS[name].value for name in names if name in EVENT_STATUS]
@@ -614,8 +625,7 @@ class Ledger(RuleBasedStateMachine):
 
     @invariant()
     def terminal_statuses_stay_terminal(self) -> None:
-        for job_id in self.expected:
-            names = self._event_names(job_id)
+        for names in self._event_names().values():
             ends = [i for i, name in enumerate(names)
                     if name in EVENT_STATUS and EVENT_STATUS[name].value in TERMINAL]  # fmt: skip
             if ends:  # only a deletion follows, late reports kept for audit and nodes' outputs
