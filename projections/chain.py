@@ -21,6 +21,7 @@ Events written before the chain existed are left out, and said to be.
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,6 +128,10 @@ class ChainedSQLiteRecorder(SQLiteGroupCommit, SQLiteApplicationRecorder):
         return positions
 
 
+KNOWN_HASHES = 20_000
+"""Events whose hash a PostgreSQL recorder keeps (see ``ChainedPostgresRecorder._known``)."""
+
+
 class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, chaining each event it inserts (after
     the insert, in its transaction, while it holds the lock on the events table); saves that
@@ -135,6 +140,11 @@ class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.chain_table_name = chain_table(self.events_table_name)
+        self.hashes_written = []
+        self._known: OrderedDict[tuple[str, int], str] = OrderedDict()
+        """The last events' hashes this process committed, by ``(aggregate, version)``: an
+        aggregate's next event chains from its hash without reading it back (a hash, once
+        committed, never changes; another replica's events are read)."""
         self.sql_create_statements.append(
             SQL(
                 "CREATE TABLE IF NOT EXISTS {schema}.{table} ("
@@ -169,6 +179,9 @@ class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
                                                table=Identifier(self.chain_table_name))  # fmt: skip
 
         def previous_hash(originator: str, version: int) -> str | None:
+            known = self._known.get((originator, version))
+            if known is not None:
+                return known
             curs.execute(SQL("SELECT event_hash FROM {0} WHERE originator_id = %s "
                              "AND originator_version = %s").format(table),
                          (originator, version))  # fmt: skip
@@ -185,7 +198,16 @@ class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
         curs.executemany(SQL("INSERT INTO {0} VALUES (%s, %s, %s, %s, %s)").format(table), rows)
         if self.group_open:
             self.chain_head = rows[-1][4]
+            self.hashes_written.extend(((row[1], row[2]), row[3]) for row in rows)
         return positions
+
+    def hashes_committed(self) -> None:
+        known = self._known
+        for key, hashed in self.hashes_written:
+            known[key] = hashed
+            known.pop((key[0], key[1] - 1), None)  # only an aggregate's last event is asked for
+        while len(known) > KNOWN_HASHES:
+            known.popitem(last=False)
 
 
 # -- verification ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ conflict: another command saved that aggregate's version first) is rolled back t
 and its caller alone gets the error; its neighbours go on. One commit, then each caller gets its
 own notification ids. Saves that arrive while the leader writes wait for its commit, then the
 first of them leads the next group, so a group is as large as the load makes it and a lone
-save waits for nobody.
+save waits for nobody (nor takes a savepoint: its failure is its transaction's).
 
 Each save is still its own events, its own version check, its own answer; the positions of a
 group follow one another in the order the saves were written, and the hash chain runs through
@@ -101,9 +101,13 @@ class GroupCommit:
 
     def _write(self, group: list[Save]) -> None:
         self.groups += 1
+        alone = len(group) == 1  # its failure is the transaction's: no savepoint needed
         try:
             with self._transaction() as (savepoint, write_one):
                 for save in group:
+                    if alone:
+                        save.ids = write_one(save.events, save.kwargs)
+                        continue
                     try:
                         with savepoint():
                             save.ids = write_one(save.events, save.kwargs)
@@ -113,6 +117,8 @@ class GroupCommit:
                         save.error = error
         except BaseException as error:  # nothing of the group was committed
             cause = error.__cause__ if isinstance(error, GroupBroken) else error
+            if isinstance(cause, Exception):
+                cause = _translated(cause)  # as a savepoint gives it (a lone save has none)
             for save in group:
                 if save.error is None:
                     save.ids, save.error = None, cause or error
@@ -171,6 +177,12 @@ class PostgresGroupCommit:
     chain_head: str | None = None
     """In a group, the ledger digest after its last save written (the chain goes on from it
     rather than read it again); None: read it."""
+    hashes_written: list[tuple[tuple[str, int], str]]
+    """In a group, each event's hash by ``(aggregate, version)``, for :meth:`hashes_committed`
+    once the group committed (set by the chain)."""
+
+    def hashes_committed(self) -> None:
+        """The group committed: what ``hashes_written`` holds is in the ledger for good."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -189,7 +201,7 @@ class PostgresGroupCommit:
         written: list[int] = []
 
         def write_one(events: Sequence[StoredEvent], kwargs: dict[str, Any]) -> Any:
-            head = self.chain_head
+            head, hashed = self.chain_head, len(self.hashes_written)
             try:
                 self._insert_events(curs, events, **kwargs)
                 # the aggregate recorder's insert: this one locked and notified for the group
@@ -197,11 +209,12 @@ class PostgresGroupCommit:
                 positions = self._fetch_ids_after_insert_events(curs, events, **kwargs)
             except BaseException:
                 self.chain_head = head  # its chain rows are rolled back with it
+                del self.hashes_written[hashed:]
                 raise
             written.extend(positions or ())
             return positions
 
-        self.chain_head, self.group_open = None, True
+        self.chain_head, self.group_open, self.hashes_written = None, True, []
         try:
             with (self.datastore.get_connection() as conn, conn.transaction(),
                   conn.cursor() as curs):  # fmt: skip
@@ -211,8 +224,9 @@ class PostgresGroupCommit:
                 if written and self.ledger_channel:
                     curs.execute("SELECT pg_notify(%s, %s)",
                                  (self.ledger_channel, str(max(written))))  # fmt: skip
+            self.hashes_committed()
         finally:
-            self.chain_head, self.group_open = None, False
+            self.chain_head, self.group_open, self.hashes_written = None, False, []
 
 
 @contextmanager

@@ -103,6 +103,9 @@ def test_saves_committed_together_each_get_their_own_answer(
     assert [event_name(e) for e in app.history(rival_job)] == ["Submitted", "SchedulingStarted"]
     assert all(isinstance(r, NameTaken) for r in taken), taken
     assert all(isinstance(r, DomainError) for r in refused), refused
+    # the next event of the rivalled job chains from the winner's hash (on PostgreSQL kept from
+    # its commit, not read back), never from a rolled-back rival's
+    app.request_stop(rival_job, by=ALICE)
 
     report = verify_chain(raw_events(app.recorder), chain_rows(app.recorder))
     assert report.ok, report.problems
