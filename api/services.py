@@ -33,6 +33,7 @@ from projections.db import (
     LedgerListener,
     PostgresDatabase,
     open_database,
+    schema_lock,
 )
 from projections.group_commit import PostgresGroupCommit
 from projections.projector import Projector
@@ -94,6 +95,11 @@ def build_services(settings: Settings) -> Services:
         settings.resolved_database_url, wait_s=settings.database_wait_s,
         connect_timeout_s=settings.database_connect_timeout_s,
     )  # fmt: skip
+    with schema_lock(database):  # replicas starting together make their tables in turn
+        return _services(settings, database)
+
+
+def _services(settings: Settings, database: Database) -> Services:
     jobs = TrainingJobs(env=settings.event_store_env())
     key = settings.ledger_key.get_secret_value() if settings.ledger_key else None
     check_ledger_format(database, jobs, key, settings.compress_events)

@@ -208,6 +208,23 @@ def dedicated_connection(conninfo: str, connect_timeout_s: int) -> psycopg.Conne
     )  # fmt: skip
 
 
+SCHEMA_LOCK_KEY = int.from_bytes(b"flexai\x00\x02", "big")
+"""The advisory lock of a server's start (the scheduler's is ``flexai\0\1``)."""
+
+
+@contextmanager
+def schema_lock(database: Database) -> Iterator[None]:
+    """Servers that start together on one PostgreSQL database make their tables one at a time:
+    ``CREATE TABLE IF NOT EXISTS`` (and a type) racing its twin fails with a unique violation
+    rather than finding it there. SQLite has a single writer: nothing to take."""
+    if not isinstance(database, PostgresDatabase):
+        yield
+        return
+    with database.dedicated_connection() as connection:  # its close lets go of the lock
+        connection.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK_KEY,))
+        yield
+
+
 LEDGER_CHANNEL = "flexai_ledger"
 """The channel told of every commit to the ledger (:meth:`PostgresDatabase.notify_ledger`)."""
 TOKENS_CHANNEL = "flexai_tokens"

@@ -3,6 +3,7 @@ lock on SQLite), and views that follow another replica's writes by LISTEN/NOTIFY
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,3 +181,36 @@ def test_a_listener_hears_commits_and_listens_again_after_its_connection_breaks(
         assert listener.wait(2)
     finally:
         listener.close()
+
+
+def test_servers_started_together_on_a_fresh_database_all_come_up(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Each makes the tables it needs; on PostgreSQL two `CREATE ... IF NOT EXISTS` racing each
+    other fail rather than find the other's, so the servers take turns (an advisory lock)."""
+    starting = threading.Barrier(3)
+    started: list[Services | Exception] = []
+
+    def start(index: int) -> None:
+        starting.wait()
+        try:
+            started.append(build_services(Settings(data_dir=tmp_path / f"server-{index}",
+                                                   database_url=database_url)))  # fmt: skip
+        except Exception as error:  # the test says which
+            started.append(error)
+
+    threads = [threading.Thread(target=start, args=(index,)) for index in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    services = [s for s in started if isinstance(s, Services)]
+    try:
+        assert len(services) == 3, [s for s in started if not isinstance(s, Services)]
+        job_id = services[0].jobs.submit("alice", "first", job_spec(), by=user("alice")).job_id
+        for server in services:
+            server.projector.catch_up()
+            assert server.queries.job(str(job_id)) is not None
+    finally:
+        for server in services:
+            server.close()
