@@ -65,6 +65,7 @@ from projections.db import (  # noqa: E402
     LedgerListener,
     PostgresDatabase,
     open_database,
+    schema_lock,
 )
 from projections.group_commit import PostgresGroupCommit  # noqa: E402
 from projections.projector import Projector  # noqa: E402
@@ -259,9 +260,9 @@ def _write_lag(
 ) -> None:  # fmt: skip
     """One writer process: submissions (two events each) at ``rate`` events/s for ``seconds``,
     from ``go`` on; puts the last position of each and when its commit returned in ``results``."""
-    settings = Settings(data_dir=data_dir, database_url=url)
-    writer = TrainingJobs(env=settings.event_store_env())
     database = open_database(url)
+    with schema_lock(database):  # as servers do: writers starting together race otherwise
+        writer = TrainingJobs(env=Settings(data_dir=data_dir, database_url=url).event_store_env())
     if isinstance(database, PostgresDatabase):  # told as api.services tells the replicas
         if isinstance(writer.recorder, PostgresGroupCommit):
             writer.recorder.ledger_channel = LEDGER_CHANNEL

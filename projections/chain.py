@@ -21,15 +21,12 @@ Events written before the chain existed are left out, and said to be.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-import psycopg
-from eventsourcing import persistence
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
@@ -131,7 +128,6 @@ class ChainedSQLiteRecorder(SQLiteGroupCommit, SQLiteApplicationRecorder):
         return positions
 
 
-SCHEMA_ATTEMPTS = 5
 KNOWN_HASHES = 20_000
 """Events whose hash a PostgreSQL recorder keeps (see ``ChainedPostgresRecorder._known``)."""
 
@@ -158,22 +154,6 @@ class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
             ).format(schema=Identifier(self.datastore.schema),
                      table=Identifier(self.chain_table_name))  # fmt: skip
         )
-
-    def create_table(self) -> None:
-        """The ledger's tables and types, made by whichever process starts first. Servers that
-        start together on a fresh database race to make them: PostgreSQL refuses the loser's
-        ``CREATE TYPE`` (or a table's row type) with a unique violation, not as "already
-        exists", or a catalog row "concurrently updated"; that process makes again what is now
-        there (each statement is idempotent)."""
-        for attempt in range(SCHEMA_ATTEMPTS):
-            try:
-                super().create_table()
-                return
-            except (persistence.IntegrityError, persistence.InternalError,
-                    psycopg.IntegrityError, psycopg.InternalError):  # fmt: skip
-                if attempt == SCHEMA_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
 
     def select_chain(self, after: int, limit: int) -> list[ChainRow]:
         """Chain rows after position ``after``, in position order."""
