@@ -11,7 +11,6 @@ connection came within the wait, and recover by themselves once the server answe
 from __future__ import annotations
 
 import logging
-import select
 import sqlite3
 import threading
 import time
@@ -20,11 +19,11 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import psycopg
-import psycopg_pool
 from eventsourcing import persistence, postgres
 from eventsourcing.utils import Environment, EnvType
 from psycopg.rows import dict_row
-from psycopg_pool.abc import CT
+
+from projections.pool import RECONNECT_S, DatabaseUnavailable, FailFastPool
 
 Row = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -33,10 +32,6 @@ DEFAULT_WAIT_S = 1.5
 """How long a caller waits for a PostgreSQL connection before hearing that it is unavailable."""
 DEFAULT_CONNECT_TIMEOUT_S = 2
 """Each attempt to connect to PostgreSQL (libpq counts whole seconds, two at the least)."""
-RECONNECT_S = 5.0
-"""A pool gives up a chain of reconnection attempts after this long and starts a fresh one on
-the next request: its back-off then never grows past a few seconds, so a server that is back is
-found at once (psycopg_pool's own default, five minutes, lets the back-off reach minutes)."""
 
 
 class Cursor(Protocol):
@@ -293,10 +288,6 @@ class LedgerListener:
             self._connection = None
 
 
-class DatabaseUnavailable(Exception):
-    """The database cannot be reached (down, restarting, out of connections) right now."""
-
-
 _UNAVAILABLE_SQLITE = ("locked", "disk i/o", "unable to open", "readonly", "disk is full")
 
 
@@ -320,51 +311,6 @@ def is_unavailable(error: BaseException) -> bool:
         return True
     cause = error.__cause__  # our wrappers and eventsourcing's raise theirs ``from`` the driver's
     return cause is not None and cause is not error and is_unavailable(cause)
-
-
-class FailFastPool(postgres.ConnectionPool[CT]):
-    """A pool that hands out only connections the server has not hung up on, and says
-    :class:`DatabaseUnavailable` (which eventsourcing does not retry) when none came in time.
-
-    eventsourcing retries each recorder call ten times on its OperationalError, the pool's
-    timeout included: with its own pool that is ten waits, over ten seconds, per request.
-    """
-
-    def getconn(self, timeout: float | None = None) -> CT:
-        wait_s = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                connection = super().getconn(timeout=deadline - time.monotonic())
-            except psycopg_pool.PoolTimeout as error:
-                raise DatabaseUnavailable(
-                    f"no connection to PostgreSQL within {wait_s:g} s: the server is down, "
-                    "restarting, unreachable, or every connection is busy"
-                ) from error
-            if not _hung_up(connection):
-                return connection
-            connection.close()
-            self.putconn(connection)  # discarded; the pool connects a new one in its place
-
-
-def connection_lost(connection: psycopg.Connection[Any]) -> bool:
-    """Whether the server has hung up on this idle connection (no round trip; see below)."""
-    return _hung_up(connection)
-
-
-def _hung_up(connection: psycopg.Connection[Any]) -> bool:
-    """Whether the server has closed this idle connection (it restarted, crashed, or a network
-    in between dropped it).
-
-    An idle connection has nothing to read, so anything readable is its goodbye: the end of the
-    stream, or a FATAL such as "terminating connection due to administrator command". Unlike a
-    ping this costs no round trip, and it cannot hang on a server that has gone silent.
-    """
-    if connection.closed or connection.broken:
-        return True
-    poller = select.poll()
-    poller.register(connection.fileno(), select.POLLIN)
-    return bool(poller.poll(0))
 
 
 class PostgresEventStore(postgres.PostgresFactory):

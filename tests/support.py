@@ -205,11 +205,14 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 20.0) -> None:
-    """Waits for ``condition`` to hold; fails the test after ``timeout`` seconds."""
+def wait_until(
+    condition: Callable[[], object], timeout: float = 20.0, why: Callable[[], str] | None = None
+) -> None:
+    """Waits for ``condition`` to hold; fails the test after ``timeout`` seconds, saying
+    ``why()`` (what the test saw instead) where it is given."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, "timed out" + (f":\n{why()}" if why else "")
         time.sleep(0.02)
 
 

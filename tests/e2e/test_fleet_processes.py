@@ -121,7 +121,10 @@ def test_kill_9_of_an_agent_fails_its_running_job_node_lost_within_the_lease(
 ) -> None:
     repo = repo_factory({"requirements.txt": "", "train.py": SLEEPER})
     fleet.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py", "300")
-    fleet.wait_for(job_name, {"in progress"})
+    job_id = fleet.wait_for(job_name, {"in progress"})["id"]
+    # "in progress" comes a moment before the agent starts the job's process: a kill in
+    # between would leave no process for the restarted agent to end
+    wait_until(lambda: any(job_id in marker for marker in marked_processes().values()))
     fleet.kill("agent")
     killed = time.monotonic()
     document = fleet.wait_for(job_name, {"failed"}, timeout=LEASE_S + 30)
@@ -131,7 +134,7 @@ def test_kill_9_of_an_agent_fails_its_running_job_node_lost_within_the_lease(
 
     fleet.restart("agent")  # it comes back: the orphan is ended, nothing runs twice
     wait_until(lambda: "ending" in fleet.log("agent") or "ended" in fleet.log("agent"),
-               timeout=30)  # fmt: skip
+               timeout=30, why=lambda: "agent log:\n" + fleet.log("agent")[-6000:])  # fmt: skip
     events = [entry["event"] for entry in fleet.inspect(job_name)["history"]]
     assert events.count("Failed") == 1 and events[-1] in ("Failed", "ReportRefused")
 

@@ -25,7 +25,8 @@ from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.application import TrainingJobs
-from projections.db import DatabaseUnavailable, open_database
+from projections.db import open_database
+from projections.pool import RETRY_MAX_S, DatabaseUnavailable
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers
@@ -282,3 +283,31 @@ def test_a_postgres_restart_under_load_loses_nothing(start: Callable[..., Server
         assert response.status_code == 200 and len(response.json()["jobs"]) == 1, name
     response, elapsed = server.request("POST", "/v1/jobs", {**SPEC, "name": "after"})
     assert response.status_code == 201 and elapsed < DUE_S
+
+
+@pytest.mark.parametrize("outage", ["refuse", "blackhole"])
+def test_after_a_long_outage_both_pools_find_postgres_within_a_second_of_its_return(
+    proxy: TcpProxy, direct_url: str, outage: Outage
+) -> None:
+    # psycopg_pool's own pace (1, 2, 4 s between attempts) left one pool seconds behind the
+    # other: reads answered while writes still said 503.
+    views = open_database(proxy.proxied(direct_url))
+    jobs = TrainingJobs(env=Settings(data_dir=Path(), database_url=proxy.proxied(direct_url))
+                        .event_store_env())  # fmt: skip
+    try:
+        proxy.cut(outage)
+        away_until = time.monotonic() + 4.5  # long enough for the doubling waits to reach 4 s
+        while time.monotonic() < away_until:
+            with pytest.raises(DatabaseUnavailable):
+                jobs.submit("admin", "away", job_spec(), by=user("admin"))
+            with pytest.raises(DatabaseUnavailable), views.transaction() as cursor:
+                cursor.execute("SELECT 1")
+        proxy.restore()
+        back = time.monotonic()
+        jobs.submit("admin", "back", job_spec(), by=user("admin"))
+        with views.transaction() as cursor:
+            cursor.execute("SELECT 1")
+        assert time.monotonic() - back < RETRY_MAX_S + 0.5
+    finally:
+        jobs.close()
+        views.close()
