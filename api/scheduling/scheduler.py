@@ -8,6 +8,8 @@ Each round (woken by submissions, reports and registrations, else every
 2. pending jobs start scheduling, and scheduling jobs are placed, oldest first
    (:func:`domain.scheduling.choose_node`), or rejected with the reason;
 3. every waiting job gets a one-line reason and the detail behind it (:mod:`api.scheduling.waits`);
+   2 and 3 are skipped by a round that finds nothing they read changed since they last ran
+   (at most ``REPLAN_EVERY_S`` before);
 4. about once a second, stops no node confirmed in time fail, and jobs past their time limit
    whose node did not end them fail ``time_limit_exceeded``.
 
@@ -29,11 +31,12 @@ from uuid import UUID
 
 from api.scheduling.fleet import Fleet
 from api.scheduling.leadership import RETRY_S, LeaderLock
+from api.scheduling.reasons import enqueued_wait, node_wait, scheduling_wait
 from api.services import Services
 from common.durations import human_duration
 from domain.errors import DomainError
 from domain.policy import Preempt, plan
-from domain.scheduling import Assign, NodeCapacity, Reject, Wait, choose_node
+from domain.scheduling import Assign, NodeCapacity, Reject, choose_node
 from domain.statuses import Status
 from projections.db import is_unavailable
 
@@ -42,6 +45,8 @@ DEADLINES_EVERY_S = 1.0
 ROUND_GAP_S = 0.005
 """The least time between two rounds; after a longer round, its length up to 1 s (so rounds take
 at most half the server's time, however many jobs wait)."""
+REPLAN_EVERY_S = 0.5
+"""A round plans again at least this often, even when nothing it reads changed."""
 DEFAULT_STOP_GRACE_S = 10.0
 """The agent's default --stop-grace, for jobs that did not set their own."""
 LEADER_RETRY_S = RETRY_S
@@ -65,6 +70,8 @@ class Scheduler:
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
         self.fleet = Fleet(services)
         self._held: dict[str, int] = {}
+        self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
+        self._replan_at = 0.0
         """What each owner's jobs held or were placed for at the last round's start."""
 
     def run_once(self) -> None:
@@ -77,17 +84,30 @@ class Scheduler:
     def _round(self) -> None:
         services = self.services
         self._lose_silent_nodes()
-        capacity = self._capacity()
-        waits = self._place(capacity)
-        self._take_pending(capacity, fast=not waits)
-        waits.update(self._explain_enqueued(capacity))
-        services.waits.replace(waits)
+        inputs = self._inputs()
+        if inputs != self._planned or time.monotonic() >= self._replan_at:
+            capacity = self._capacity(inputs[1])
+            waits = self._place(capacity)
+            self._take_pending(capacity, fast=not waits)
+            waits.update(self._explain_enqueued(capacity))
+            services.waits.replace(waits)
+            self._planned, self._replan_at = inputs, time.monotonic() + REPLAN_EVERY_S
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
             self._end_overdue()
         for chore in self.chores:
             chore()
         services.projector.catch_up()
+
+    def _inputs(self) -> tuple[int, frozenset[str], dict[str, int]]:
+        """What a round's plan is made of, but time: the views' position (every job and node),
+        the nodes alive, and the quotas. A round that finds them as the last plan left them
+        makes no new plan (a queue of thousands waiting costs no CPU while nothing happens),
+        unless ``REPLAN_EVERY_S`` passed: what time changes (patience, fair share's decay,
+        preemption's wait) is then seen."""
+        services = self.services
+        live = services.state.live_nodes(services.settings.node_timeout_s)
+        return services.projector.position(), frozenset(live), self.fleet.quotas()
 
     # -- placing ----------------------------------------------------------------------------
 
@@ -116,8 +136,12 @@ class Scheduler:
                 saves.append((services.jobs.reject, (UUID(job_id), decision.code,
                                                      decision.message)))  # fmt: skip
             else:
-                waits[job_id] = {**_scheduling_wait(row, decision), "place": place,
-                                 "of": len(decided.order), "order": decided.reasons[job_id]}
+                waits[job_id] = {
+                    **scheduling_wait(row, decision),
+                    "place": place,
+                    "of": len(decided.order),
+                    "order": decided.reasons[job_id],
+                }
         self._save_side_by_side(saves)
         self._preempt(decided.preemptions)
         return waits
@@ -190,9 +214,8 @@ class Scheduler:
         for _ in self._savers.map(lambda save: self._try(save[0], *save[1]), saves):
             pass  # each done (an error other than a refusal fails the round, as it did)
 
-    def _capacity(self) -> dict[str, NodeCapacity]:
+    def _capacity(self, live: frozenset[str]) -> dict[str, NodeCapacity]:
         services = self.services
-        live = services.state.live_nodes(services.settings.node_timeout_s)
         load = services.queries.node_load()
         capacity = {}
         for row in services.queries.nodes():
@@ -224,9 +247,9 @@ class Scheduler:
                 node_id = placement["node_id"]
                 if node_id not in holders:
                     holders[node_id] = services.queries.holders(node_id)
-                nodes.append(_node_wait(row, placement, capacity.get(node_id), holders[node_id],
-                                        self._line_rank))  # fmt: skip
-            waits[row["id"]] = _enqueued_wait(row, nodes)
+                nodes.append(node_wait(row, placement, capacity.get(node_id), holders[node_id],
+                                       self._line_rank))  # fmt: skip
+            waits[row["id"]] = enqueued_wait(row, nodes)
         return waits
 
     # -- the fleet's truth ------------------------------------------------------------------
@@ -275,8 +298,10 @@ class Scheduler:
                 continue
             limit = document["spec"].get("time_limit_s")
             started = document.get("started_at")
-            if limit and started and now - datetime.fromisoformat(started) > timedelta(
-                seconds=limit + margin
+            if (
+                limit
+                and started
+                and now - datetime.fromisoformat(started) > timedelta(seconds=limit + margin)
             ):
                 self._try(services.jobs.fail_overdue, job_id,
                           f"the job ran past its time limit of {human_duration(limit)} and its "
@@ -328,6 +353,7 @@ class Scheduler:
         # their --node-timeout to find this one.
         self.started_at = datetime.now(UTC)
         self._deadlines_at = self._last_round_s = 0.0
+        self._planned = None
         self.services.scheduler_leader.set()
         try:
             self._loop(lock)
@@ -364,57 +390,3 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._savers.shutdown(wait=False, cancel_futures=True)
-
-
-def _scheduling_wait(row: dict[str, Any], decision: Wait) -> dict[str, Any]:
-    """Why a job not placed yet waits. When each node was last heard of is looked up when it
-    is read (:meth:`Waits.detail`): a heartbeat does not rewrite every waiting job's row."""
-    return {
-        "reason": decision.reason,
-        "asked": {"accels": row["accels"], "nodes": row["nodes"]},
-        "nodes": [
-            {"node": node.name, "accels": node.accels, "alive": node.alive,
-             "node_id": node.node_id}
-            for node in decision.candidates
-        ],  # fmt: skip
-    }
-
-
-def _node_wait(
-    row: dict[str, Any], placement: dict[str, Any], node: NodeCapacity | None,
-    holders: list[dict[str, Any]], rank: Callable[[str], int],
-) -> dict[str, Any]:  # fmt: skip
-    """One node an enqueued job waits on: who holds its accelerators, who is ahead in line."""
-    held_by = [
-        {"job": holder["name"], "accelerators": holder["allocated"]}
-        for holder in holders
-        if holder["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
-    ]
-    ahead = [
-        holder["name"] for holder in holders
-        if holder["status"] == Status.ENQUEUED.value and holder["job_id"] != row["id"]
-        and (-rank(holder["job_id"]), holder["created_at"], holder["job_id"])
-        < (-rank(row["id"]), row["created_at"], row["id"])
-    ]  # fmt: skip
-    total = node.accels if node else 0
-    held = node.held if node else 0
-    return {"node": placement["node"], "accels": total, "free": max(total - held, 0),
-            "held_by": held_by, "ahead": ahead, "alive": bool(node and node.alive)}  # fmt: skip
-
-
-def _enqueued_wait(row: dict[str, Any], nodes: list[dict[str, Any]]) -> dict[str, Any]:
-    busy = [node for node in nodes if node["free"] < row["accels"] or node["ahead"]]
-    parts = []
-    for node in busy or nodes:
-        holders = ", ".join(h["job"] for h in node["held_by"]) or "no job"
-        part = f"{node['node']} has {node['free']} of {node['accels']} free (held by {holders})"
-        if node["ahead"]:
-            part += f", {len(node['ahead'])} job(s) ahead in line"
-        parts.append(part)
-    accels = f"{row['accels']} accelerator{'s' if row['accels'] != 1 else ''}"
-    return {
-        "reason": f"waits for {accels}: " + "; ".join(parts),
-        "asked": {"accels": row["accels"], "nodes": row["nodes"]},
-        "nodes": nodes,
-        "place": 1 + max((len(node["ahead"]) for node in nodes), default=0),
-    }

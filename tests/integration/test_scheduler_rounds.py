@@ -12,10 +12,11 @@ from uuid import UUID
 
 import pytest
 
-from api.scheduling.scheduler import Scheduler
+from api.scheduling.scheduler import REPLAN_EVERY_S, Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
+from domain.statuses import Status
 from tests.integration.conftest import job_spec
 
 
@@ -199,3 +200,44 @@ def test_a_job_joining_the_end_of_the_line_counts_in_everyones_place_but_rewrite
     assert again is not None and (again["place"], again["of"]) == (1, 4)
     assert again["updated_at"] == first["updated_at"]  # its own row was not written again
     assert last is not None and (last["place"], last["of"]) == (4, 4)
+
+
+def test_a_round_that_finds_nothing_changed_makes_no_new_plan_until_something_or_time_moves(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines: list[int] = []  # each time a round reads the jobs waiting to be placed
+    jobs_in = rounds.services.queries.jobs_in
+
+    def counted(statuses: list[Status]) -> list[dict[str, Any]]:
+        lines.extend([1] if Status.SCHEDULING in statuses else [])
+        return jobs_in(statuses)
+
+    monkeypatch.setattr(rounds.services.queries, "jobs_in", counted)
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    first = rounds.submit("needs-two", nodes=2)
+    rounds.run()
+    rounds.run()  # it begins scheduling, then waits
+    planned = len(lines)
+    rounds.run()
+    rounds.run()
+    assert len(lines) == planned  # nothing it reads changed: no new plan
+    assert rounds.services.waits.detail(str(first)) is not None  # the last one's reasons stay
+
+    second = rounds.submit("needs-two-too", nodes=2)  # a new job: the views moved
+    rounds.run()
+    rounds.run()
+    assert len(lines) > planned
+    assert rounds.services.queries.place_in_scheduling(str(second)) == (2, 2)
+
+    rounds.services.identities.create_user("alice", admin=False, by="admin")
+    rounds.services.identities.set_quota("alice", 1, by="admin")  # not in the ledger
+    planned = len(lines)
+    rounds.run()
+    assert len(lines) == planned + 1
+    reason = (rounds.services.waits.detail(str(first)) or {}).get("reason", "")
+    assert reason.startswith("quota: alice runs 0 of 1 accelerators")  # the quota, at once
+
+    planned = len(lines)
+    time.sleep(REPLAN_EVERY_S)  # patience, fair share and preemption move with time alone
+    rounds.run()
+    assert len(lines) == planned + 1
