@@ -144,6 +144,7 @@ class _PostgresWriter(Writer):
         self.events = SQL("{0}.{1}").format(Identifier(schema), Identifier(events))
         self.chain = SQL("{0}.{1}").format(Identifier(schema), Identifier(chain_table(events)))
         self.sequence = f"{schema}.{events}"
+        self._column_types: dict[tuple[str, tuple[str, ...]], list[int]] = {}
 
     def begin(self) -> tuple[int, str]:
         c = self.connection
@@ -159,12 +160,26 @@ class _PostgresWriter(Writer):
         return position, str(last[0]) if last else GENESIS
 
     def _copy(self, table: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        statement = SQL("COPY {0} ({1}) FROM STDIN").format(
+        """``COPY`` in binary: no value is printed here and parsed there (a text ``COPY``
+        sends each event's state as hex)."""
+        statement = SQL("COPY {0} ({1}) FROM STDIN (FORMAT BINARY)").format(
             table, SQL(", ").join(Identifier(column) for column in columns)
         )
+        types = self._types(table, columns)  # before the copy: it holds the connection
         with self.connection.cursor().copy(statement) as copy:
+            copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
+
+    def _types(self, table: Any, columns: Sequence[str]) -> list[int]:
+        """The type of each of the table's ``columns``, as the binary format needs them."""
+        key = (table.as_string(self.connection), tuple(columns))
+        if key not in self._column_types:
+            found: dict[str, int] = dict(self.connection.execute(
+                "SELECT attname, atttypid FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attnum > 0 AND NOT attisdropped", (key[0],)).fetchall())  # fmt: skip
+            self._column_types[key] = [int(found[column]) for column in columns]
+        return self._column_types[key]
 
     def write(self, batch: Batch) -> None:
         self._copy(self.events, ("originator_id", "originator_version", "topic", "state",
