@@ -22,7 +22,8 @@ def modules_loaded_by(argv: list[str]) -> tuple[int, str, set[str]]:
         "from cli.main import main\n"
         f"code = main({argv!r})\n"
         "sys.stdout.flush()\n"
-        "sys.stderr.write('\\n' + json.dumps([code, sorted(sys.modules)]))\n"
+        "loaded = sorted(name for name, module in sys.modules.items() if module is not None)\n"
+        "sys.stderr.write('\\n' + json.dumps([code, loaded]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30
@@ -40,6 +41,16 @@ def test_help_imports_no_server_agent_or_http_library(argv: list[str]) -> None:
     assert "usage: flexai" in out
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
     assert loaded.isdisjoint({"api", "domain", "projections", "node_agent"})
+
+
+def test_a_command_that_calls_the_api_imports_no_command_line_of_httpx(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLEXAI_API_URL", "http://127.0.0.1:9")  # nothing listens: it fails
+    monkeypatch.setenv("FLEXAI_TOKEN", "not-a-token")
+    code, _, loaded = modules_loaded_by(["training", "list"])
+    assert code != 0 and "httpx" in loaded
+    assert loaded.isdisjoint({"rich", "pygments", "click"}), loaded & {"rich", "pygments", "click"}
 
 
 def test_training_help_lists_every_subcommand_with_its_summary(
