@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from functools import partial
@@ -29,7 +30,11 @@ import psycopg
 from eventsourcing import persistence
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder
-from eventsourcing.utils import retry
+from psycopg.sql import SQL, Identifier
+
+INSERT_ATTEMPTS = 10
+"""Tries of a PostgreSQL save whose connection broke (eventsourcing's recorders try ten)."""
+INSERT_RETRY_S = 0.2
 
 
 class Save:
@@ -171,6 +176,7 @@ class PostgresGroupCommit:
     _fetch_ids_after_insert_events: Callable[..., Sequence[int] | None]
     _lock_table: Callable[[Any], None]
     _notify_channel: Callable[[Any], None]
+    events_table_name: str
     ledger_channel: str | None = None
     group_open = False
     """True while a group's transaction is open (in the leader's thread: groups take turns)."""
@@ -188,13 +194,49 @@ class PostgresGroupCommit:
         super().__init__(*args, **kwargs)
         self.group_commit = GroupCommit(self._group_transaction)
 
-    @retry((persistence.InterfaceError, persistence.OperationalError), max_attempts=10, wait=0.2)
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
-        if not stored_events or self.datastore.enable_db_functions:
-            return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
-        return self.group_commit.save(stored_events, **kwargs)
+        """Tried again on a lost connection (as eventsourcing's recorders are). The answer to
+        a ``COMMIT`` can be lost with the connection after the commit was made: when the next
+        try then meets events with the same aggregates and versions, and they are these very
+        events, this save was committed (its positions are returned), not refused."""
+        uncertain = False
+        for attempt in range(1, INSERT_ATTEMPTS + 1):
+            try:
+                if not stored_events or self.datastore.enable_db_functions:
+                    return super().insert_events(stored_events, **kwargs)  # type: ignore[misc]
+                return self.group_commit.save(stored_events, **kwargs)
+            except (persistence.InterfaceError, persistence.OperationalError):
+                if attempt == INSERT_ATTEMPTS:
+                    raise
+                uncertain = True
+                time.sleep(INSERT_RETRY_S)
+            except persistence.IntegrityError:
+                committed = self._committed(stored_events) if uncertain else None
+                if committed is None:
+                    raise
+                return committed
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _committed(self, stored_events: Sequence[StoredEvent]) -> list[int] | None:
+        """The positions of these very events (same topic and state) if the ledger holds
+        them all; None if it does not (another save took their versions)."""
+        table = SQL("{0}.{1}").format(Identifier(self.datastore.schema),
+                                      Identifier(self.events_table_name))  # fmt: skip
+        statement = SQL("SELECT notification_id, topic, state FROM {0} WHERE originator_id = %s "
+                        "AND originator_version = %s").format(table)  # fmt: skip
+        positions = []
+        with self.datastore.get_connection() as connection, connection.cursor() as curs:
+            for event in stored_events:
+                curs.execute(statement, (event.originator_id, event.originator_version))
+                row = curs.fetchone()
+                if row is None or (row["topic"], bytes(row["state"])) != (
+                    event.topic, bytes(event.state)
+                ):  # fmt: skip
+                    return None
+                positions.append(int(row["notification_id"]))
+        return positions
 
     @contextmanager
     def _group_transaction(self) -> Iterator[tuple[Savepoint, WriteOne]]:

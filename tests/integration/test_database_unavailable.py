@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from eventsourcing import persistence
 from fastapi.testclient import TestClient
 
 from api.http.app import create_app
@@ -25,6 +26,7 @@ from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.application import TrainingJobs
+from domain.errors import NameTaken
 from projections.db import open_database
 from projections.pool import RETRY_MAX_S, DatabaseUnavailable
 from tests.integration.conftest import job_spec
@@ -264,7 +266,7 @@ def test_a_postgres_restart_under_load_loses_nothing(start: Callable[..., Server
     for outage in ("refuse", "blackhole"):
         time.sleep(1.0)
         server.proxy.cut(outage)
-        time.sleep(1.5)
+        time.sleep(3.0)  # past a request's wait for a connection (1.5 s): some are refused
         server.proxy.restore()
     with lock:
         before_the_end = len(created)
@@ -311,3 +313,31 @@ def test_after_a_long_outage_both_pools_find_postgres_within_a_second_of_its_ret
     finally:
         jobs.close()
         views.close()
+
+
+def test_a_submission_whose_commit_answer_was_lost_is_answered_as_saved_not_as_taken(
+    direct_url: str,
+) -> None:
+    # The connection breaks after PostgreSQL committed and before its answer came: the save is
+    # tried again, meets its own events, and is the submission's success (no "name taken").
+    jobs = TrainingJobs(env=Settings(data_dir=Path(), database_url=direct_url).event_store_env())
+    group_commit = jobs.recorder.group_commit  # type: ignore[attr-defined]
+    save, broken = group_commit.save, []
+
+    def answer_lost(events: Any, **kwargs: Any) -> Any:
+        saved = save(events, **kwargs)
+        if not broken:
+            broken.append(saved)
+            raise persistence.OperationalError("server closed the connection unexpectedly")
+        return saved
+
+    group_commit.save = answer_lost
+    try:
+        outcome = jobs.submit("admin", "committed-once", job_spec(), by=user("admin"))
+        assert broken and outcome.position == max(broken[0])
+        assert jobs.job_id_for("admin", "committed-once") == outcome.job_id
+        with pytest.raises(NameTaken):  # a real second submission of the name is refused
+            jobs.submit("admin", "committed-once", job_spec(), by=user("admin"))
+    finally:
+        group_commit.save = save
+        jobs.close()
