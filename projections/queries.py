@@ -60,6 +60,10 @@ def page_jobs_sql(
     return sql, [*params, limit]
 
 
+LINE_COLUMNS = "id, owner, name, status, accels, nodes, node_id, created_at, updated_at"
+"""A job's list row as the scheduler reads it."""
+
+
 class Queries:
     def __init__(self, database: Database) -> None:
         self.database = database
@@ -165,11 +169,18 @@ class Queries:
         wanted = [status.value for status in statuses]
         marks = ", ".join("?" * len(wanted))
         return self._all(
-            f"SELECT id, owner, name, status, accels, nodes, node_id, created_at, updated_at "
-            f"FROM job_list "
-            f"WHERE status IN ({marks}) ORDER BY created_at",
+            f"SELECT {LINE_COLUMNS} FROM job_list WHERE status IN ({marks}) ORDER BY created_at",
             wanted,
         )
+
+    def list_rows(self, job_ids: Collection[str]) -> dict[str, Row]:
+        """The list rows of these jobs (the columns :meth:`jobs_in` reads), by id."""
+        wanted = sorted(set(job_ids))
+        if not wanted:
+            return {}
+        marks = ", ".join("?" * len(wanted))
+        rows = self._all(f"SELECT {LINE_COLUMNS} FROM job_list WHERE id IN ({marks})", wanted)
+        return {str(row["id"]): row for row in rows}
 
     def assignments(self, node_id: str) -> list[dict[str, Any]]:
         """The node's jobs on it (building to stopping), each with ``node_index``: its place

@@ -31,6 +31,7 @@ from uuid import UUID
 
 from api.scheduling.fleet import Fleet
 from api.scheduling.leadership import RETRY_S, LeaderLock
+from api.scheduling.line import WaitingLine
 from api.scheduling.reasons import enqueued_wait, node_wait, scheduling_wait
 from api.services import Services
 from common.durations import human_duration
@@ -69,6 +70,8 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
         self.fleet = Fleet(services)
+        self.line = WaitingLine(services.queries)
+        services.projector.listeners.append(self.line.on_events)
         self._held: dict[str, int] = {}
         self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
         self._replan_at = 0.0
@@ -85,7 +88,7 @@ class Scheduler:
         services = self.services
         self._lose_silent_nodes()
         inputs = self._inputs()
-        if inputs != self._planned or time.monotonic() >= self._replan_at:
+        if inputs != self._planned or self.line.moved or time.monotonic() >= self._replan_at:
             capacity = self._capacity(inputs[1])
             waits = self._place(capacity)
             self._take_pending(capacity, fast=not waits)
@@ -116,7 +119,7 @@ class Scheduler:
         share, then age: :func:`domain.policy.plan`), and ask for the preemptions it names."""
         services, fleet = self.services, self.fleet
         now = time.time()
-        rows = {row["id"]: row for row in services.queries.jobs_in([Status.SCHEDULING])}
+        rows = self.line.rows()
         lined, running, held = fleet.on_nodes(now)
         decided = plan(
             fleet.queue(list(rows.values()), now), list(capacity.values()), lined, running,
@@ -354,6 +357,7 @@ class Scheduler:
         self.started_at = datetime.now(UTC)
         self._deadlines_at = self._last_round_s = 0.0
         self._planned = None
+        self.line.forget()  # what changed while another server scheduled was not kept
         self.services.scheduler_leader.set()
         try:
             self._loop(lock)

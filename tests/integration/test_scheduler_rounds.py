@@ -205,14 +205,15 @@ def test_a_job_joining_the_end_of_the_line_counts_in_everyones_place_but_rewrite
 def test_a_round_that_finds_nothing_changed_makes_no_new_plan_until_something_or_time_moves(
     rounds: Round, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lines: list[int] = []  # each time a round reads the jobs waiting to be placed
-    jobs_in = rounds.services.queries.jobs_in
+    lines: list[int] = []  # each time a round plans: it takes the jobs waiting to be placed
+    line = rounds.scheduler.line
+    taken = line.rows
 
-    def counted(statuses: list[Status]) -> list[dict[str, Any]]:
-        lines.extend([1] if Status.SCHEDULING in statuses else [])
-        return jobs_in(statuses)
+    def counted() -> dict[str, dict[str, Any]]:
+        lines.append(1)
+        return taken()
 
-    monkeypatch.setattr(rounds.services.queries, "jobs_in", counted)
+    monkeypatch.setattr(line, "rows", counted)
     rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
     first = rounds.submit("needs-two", nodes=2)
     rounds.run()
@@ -241,3 +242,41 @@ def test_a_round_that_finds_nothing_changed_makes_no_new_plan_until_something_or
     time.sleep(REPLAN_EVERY_S)  # patience, fair share and preemption move with time alone
     rounds.run()
     assert len(lines) == planned + 1
+
+
+def test_a_round_reads_again_only_the_waiting_jobs_that_changed_and_every_one_now_and_then(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full: list[int] = []
+    again: list[set[str]] = []
+    queries = rounds.services.queries
+    jobs_in, list_rows = queries.jobs_in, queries.list_rows
+
+    def counted(statuses: list[Status]) -> list[dict[str, Any]]:
+        full.extend([1] if Status.SCHEDULING in statuses else [])
+        return jobs_in(statuses)
+
+    def read_again(job_ids: Any) -> dict[str, dict[str, Any]]:
+        again.append(set(job_ids))
+        return list_rows(job_ids)
+
+    monkeypatch.setattr(queries, "jobs_in", counted)
+    monkeypatch.setattr(queries, "list_rows", read_again)
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    waiting = [rounds.submit(f"wide-{n}", nodes=2) for n in range(3)]
+    rounds.run()
+    rounds.run()  # they begin scheduling, then wait
+    assert len(full) == 1  # the first round read them all
+    assert [rounds.status(job) for job in waiting] == ["scheduling"] * 3
+
+    rounds.services.jobs.request_stop(waiting[0], by=user("alice"))
+    rounds.services.projector.catch_up()
+    rounds.run()
+    assert len(full) == 1 and again[-1] == {str(waiting[0])}  # that job alone, read again
+    assert rounds.services.queries.place_in_scheduling(str(waiting[1])) == (1, 2)
+    assert rounds.services.waits.detail(str(waiting[0])) is None  # it left the line
+
+    rounds.scheduler.line._full_at = 0  # as FULL_READ_S after the last full read
+    rounds.submit("wide-3", nodes=2)
+    rounds.run()
+    assert len(full) == 2
