@@ -35,7 +35,8 @@ router = APIRouter(include_in_schema=False)
 RECHECK_S = 1.0
 """A quiet stream looks up this often whether the server is stopping (no query)."""
 REASONS_S = 5.0
-"""How often the jobs page's waiting rows are read again (their reasons change each round)."""
+"""How often the jobs page's waiting rows are read again when another replica schedules (this
+server's own scheduler says when it changed a reason: they are read again at once)."""
 KEEPALIVE_S = 15.0
 LOG_READ_BYTES = 256 * 1024
 MAX_IDS = 500
@@ -67,6 +68,7 @@ async def _jobs_stream(services: Services, watch: JobWatch, signed: Signed, ids:
     with watch.watching(ids, wake) as watching:
         while True:
             watching.changed = False
+            reasons = services.waits.version  # before the read: a change during it reads again
             rows = await run_in_threadpool(_rows, services, signed, ids)
             changed = [row for job_id, row in rows.items() if sent.get(job_id) != row]
             if changed:
@@ -82,7 +84,8 @@ async def _jobs_stream(services: Services, watch: JobWatch, signed: Signed, ids:
                 if services.log_followers.closing:
                     return
                 now = time.monotonic()
-                if watching.changed or (waiting and now - read_at >= REASONS_S):
+                if watching.changed or waiting and (services.waits.version != reasons
+                                                    or now - read_at >= REASONS_S):
                     break
                 if now - quiet_since >= KEEPALIVE_S:
                     quiet_since = now

@@ -30,6 +30,9 @@ class Waits:
         self.database = database
         self._written: dict[str, dict[str, Any]] | None = None
         self._line: int | None = None
+        self.version = 0
+        """Counts the rounds of this process's scheduler that changed a reason: a page that
+        shows reasons reads them again when it moves (another replica's are polled)."""
         with database.transaction(write=True) as cursor:
             cursor.execute(SCHEMA)
             cursor.execute(LINE_SCHEMA)
@@ -72,6 +75,7 @@ class Waits:
                     (line, at),
                 )
         self._written, self._line = rows, line
+        self.version += 1
 
     def reasons(self, job_ids: Iterable[str]) -> dict[str, str]:
         wanted = list(job_ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -14,6 +15,7 @@ from uuid import UUID
 
 import pytest
 
+from api.console.streams import REASONS_S
 from tests.console import Site, console_site, server_events
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -224,3 +226,22 @@ def test_the_jobs_stream_sends_the_rows_that_changed_and_only_the_callers(site: 
         events = server_events(stream.iter_lines(), until="jobs")
     rows: list[dict[str, Any]] = json.loads(events[-1][1])
     assert [(row["id"], row["status"]) for row in rows] == [(mine["id"], "stopped")]
+
+
+def test_the_jobs_stream_sends_a_waiting_jobs_new_reason_as_this_servers_scheduler_writes_it(
+    site: Site,
+) -> None:
+    alice = site.person("alice")
+    job = alice.submit("waiting")
+    site.services.jobs.begin_scheduling(UUID(job["id"]))
+    site.services.projector.catch_up()
+    site.services.waits.replace({job["id"]: {"reason": "waits for a node to register"}})
+    with alice.client.stream("GET", f"/live/jobs?ids={job['id']}") as stream:
+        lines = stream.iter_lines()
+        first = json.loads(server_events(lines, until="jobs")[-1][1])
+        assert [row["reason"] for row in first] == ["waits for a node to register"]
+        changed = time.monotonic()
+        site.services.waits.replace({job["id"]: {"reason": "waits for 1 accelerator"}})
+        again = json.loads(server_events(lines, until="jobs")[-1][1])
+    assert [row["reason"] for row in again] == ["waits for 1 accelerator"]
+    assert time.monotonic() - changed < REASONS_S - 1  # not at the next poll: at once
