@@ -73,9 +73,10 @@ class Scheduler:
         self.line = WaitingLine(services.queries)
         services.projector.listeners.append(self.line.on_events)
         self._held: dict[str, int] = {}
-        self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
-        self._replan_at = 0.0
         """What each owner's jobs held or were placed for at the last round's start."""
+        self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
+        """The inputs (:meth:`_inputs`) of the last plan."""
+        self._replan_at = 0.0
 
     def run_once(self) -> None:
         services = self.services
@@ -89,9 +90,10 @@ class Scheduler:
         self._lose_silent_nodes()
         inputs = self._inputs()
         if inputs != self._planned or self.line.moved or time.monotonic() >= self._replan_at:
-            capacity = self._capacity(inputs[1])
-            waits = self._place(capacity)
-            self._take_pending(capacity, fast=not waits)
+            _, live, quotas = inputs
+            capacity = self._capacity(live)
+            waits = self._place(capacity, quotas)
+            self._take_pending(capacity, quotas, fast=not waits)
             waits.update(self._explain_enqueued(capacity))
             services.waits.replace(waits)
             self._planned, self._replan_at = inputs, time.monotonic() + REPLAN_EVERY_S
@@ -114,7 +116,9 @@ class Scheduler:
 
     # -- placing ----------------------------------------------------------------------------
 
-    def _place(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
+    def _place(
+        self, capacity: dict[str, NodeCapacity], quotas: dict[str, int]
+    ) -> dict[str, dict[str, Any]]:
         """Place the jobs waiting in ``scheduling`` in the policy's order (priority, then fair
         share, then age: :func:`domain.policy.plan`), and ask for the preemptions it names."""
         services, fleet = self.services, self.fleet
@@ -123,7 +127,7 @@ class Scheduler:
         lined, running, held = fleet.on_nodes(now)
         decided = plan(
             fleet.queue(list(rows.values()), now), list(capacity.values()), lined, running,
-            fleet.usage(now), fleet.quotas(), held, services.settings.scheduling_patience_s,
+            fleet.usage(now), quotas, held, services.settings.scheduling_patience_s,
             services.settings.preempt_after_s,
         )  # fmt: skip
         fleet.forget({*rows, *fleet.documents})
@@ -162,14 +166,16 @@ class Scheduler:
             self._try(self.services.jobs.request_preemption, UUID(victim), document["name"],
                       document["owner"])  # fmt: skip
 
-    def _take_pending(self, capacity: dict[str, NodeCapacity], fast: bool) -> None:
+    def _take_pending(
+        self, capacity: dict[str, NodeCapacity], quotas: dict[str, int], fast: bool
+    ) -> None:
         """New jobs start scheduling; while no older job waits, one with room on nodes now and
         within its owner's quota is placed in the same save (a burst of submissions is not
         two rounds each), higher priorities first."""
         services = self.services
         pending = services.queries.jobs_in([Status.PENDING])
         static = self.fleet.static([row["id"] for row in pending]) if fast else {}
-        quotas = self.fleet.quotas() if fast else {}
+        quotas = quotas if fast else {}
         held = dict(self._held)
         pending.sort(key=lambda row: -static.get(row["id"], ("", 1, False))[1])
         saves: list[Command] = []
