@@ -4,9 +4,11 @@ A second :class:`Projector` folds the whole ledger into shadow tables (SQLite: a
 own beside the database; PostgreSQL: the schema ``flexai_rebuild`` of the same database) while
 the live views keep serving and following the ledger. Then, in one transaction on the live
 views, with their tracking row locked (so no projector of any replica applies an event
-meanwhile): the shadow catches up to at least where the live views are, every view table's
-rows are replaced by the shadow's, and the tracking position becomes the shadow's. Readers see
-the old views until that commit and the rebuilt ones after it: never an empty moment.
+meanwhile): the shadow catches up to at least where the live views are, the shadow's tables
+take the live ones' place (SQLite: their rows are copied in; PostgreSQL: the tables themselves
+move from schema to schema, with their indexes and statistics, no row copied), and the tracking
+position becomes the shadow's. Readers see the old views until that commit and the rebuilt
+ones after it: never an empty moment.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from eventsourcing.application import Application
 
-from projections.bulk import BulkFold, ledger_events
+from projections.bulk import BulkFold, Sink, collector_paused, ledger_events
 from projections.db import Cursor, Database, PostgresDatabase, SQLiteDatabase
 from projections.projector import Projector
 from projections.views import VIEW_TABLES
@@ -34,6 +36,11 @@ from projections.views import VIEW_TABLES
 log = logging.getLogger(__name__)
 SHADOW_SCHEMA = "flexai_rebuild"
 SHADOW_ALIAS = "rebuild"
+RETIRED_SCHEMA = "flexai_retired_views"
+"""PostgreSQL: where the swap moves the views it replaced, until they are dropped."""
+CACHE_KIB = 256 * 1024
+"""SQLite's page cache for a rebuild's writes (the default 2 MiB spills a big transaction's
+pages to the disk and reads them back)."""
 PROGRESS_EVERY = 1000
 """Events folded between two updates of :attr:`RebuildProgress.position`."""
 
@@ -126,6 +133,10 @@ class Rebuilder:
                 assert isinstance(shadow_db, SQLiteDatabase)
                 self._fold_in_bulk(shadow_db, shadow.name)
             self._fold(shadow)
+            if isinstance(shadow_db, PostgresDatabase):
+                with shadow_db.transaction(write=True) as cursor:
+                    for table in VIEW_TABLES:  # the planner's statistics move with them
+                        cursor.execute(f"ANALYZE {table}")
             attach()
             try:
                 with self.live.held(), self.database.transaction(write=True) as cursor:
@@ -144,14 +155,16 @@ class Rebuilder:
     def _fold_in_a_file_then_copy(self, shadow_db: PostgresDatabase) -> None:
         """PostgreSQL: fold the ledger into views in a local SQLite file first (see
         :meth:`_fold_in_bulk`), then bulk-load them into the shadow schema with COPY and set
-        its tracking to where the file got; the shadow projector goes on from there. The same
+        its tracking to where the file got; the shadow projector goes on from there. The jobs'
+        rows still held in memory at the end (all of them, up to ``MAX_DOCUMENTS`` jobs) are
+        copied straight from memory, not written to the file and read back. The same
         view code writes both (their tables' columns are TEXT, BIGINT and DOUBLE in both
         dialects)."""
         with tempfile.TemporaryDirectory(prefix="flexai-rebuild-") as scratch:
             local = SQLiteDatabase(str(Path(scratch) / "views.sqlite3"))
             try:
                 Projector(self.app, local, self.live.name)  # the tables
-                position = self._fold_in_bulk(local, self.live.name)
+                position = self._fold_in_bulk(local, self.live.name, shadow_db.copy_rows)
                 for table in VIEW_TABLES:
                     with local.transaction() as cursor:
                         columns = self._sqlite_columns(cursor, table)
@@ -164,25 +177,27 @@ class Rebuilder:
             finally:
                 local.close()
 
-    def _fold_in_bulk(self, views: SQLiteDatabase, name: str) -> int:
+    def _fold_in_bulk(self, views: SQLiteDatabase, name: str, sink: Sink | None = None) -> int:
         """Fold the ledger up to its head (when the rebuild began) into the empty views of a
         SQLite file in one transaction: each job's document in memory, its rows written once
-        (:class:`projections.bulk.BulkFold`), rather than read and written back per event."""
-        with views.transaction(write=True) as cursor:
+        (:class:`projections.bulk.BulkFold`), rather than read and written back per event;
+        the jobs' last rows to ``sink`` if given."""
+        views._connection().execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        with collector_paused(), views.transaction(write=True) as cursor:
             fold = BulkFold(cursor, views._connection())
             for domain_event, position in ledger_events(self.app, 0, self.progress.head):
                 fold.apply(domain_event, position)
                 if position % PROGRESS_EVERY == 0:
                     self.progress.position = position
-            fold.flush()
+            fold.flush(sink)
             cursor.execute("UPDATE projection_tracking SET position = ? WHERE name = ?",
                            (fold.position, name))  # fmt: skip
         self.progress.position = fold.position
         return fold.position
 
     @staticmethod
-    def _sqlite_columns(cursor: Cursor, table: str) -> list[str]:
-        cursor.execute(f"SELECT name FROM pragma_table_info('{table}')")
+    def _sqlite_columns(cursor: Cursor, table: str, schema: str = "main") -> list[str]:
+        cursor.execute(f"SELECT name FROM pragma_table_info('{table}', '{schema}')")
         return [str(row["name"]) for row in cursor.fetchall()]
 
     def _fold(self, shadow: Projector) -> int:
@@ -198,19 +213,43 @@ class Rebuilder:
         return int(row["position"]) if row else 0
 
     def _swap(self, cursor: Cursor, position: int) -> dict[str, int]:
-        source = SHADOW_ALIAS if self.database.dialect == "sqlite" else SHADOW_SCHEMA
         rows = {}
+        if self.database.dialect == "postgres":
+            self._move_tables(cursor)
         for table in VIEW_TABLES:
-            columns = ", ".join(self._columns(cursor, table))
-            cursor.execute(f"DELETE FROM {table}")
-            cursor.execute(f"INSERT INTO {table} ({columns}) "
-                           f"SELECT {columns} FROM {source}.{table}")  # fmt: skip
+            if self.database.dialect == "sqlite":
+                self._copy_table(cursor, table)
             cursor.execute(f"SELECT COUNT(*) AS n FROM {table}")
             row = cursor.fetchone()
             rows[table] = int(row["n"]) if row else 0
         cursor.execute("UPDATE projection_tracking SET position = ? WHERE name = ?",
                        (position, self.live.name))  # fmt: skip
         return rows
+
+    def _copy_table(self, cursor: Cursor, table: str) -> None:
+        """SQLite: the live table's rows replaced by the shadow file's."""
+        names = self._sqlite_columns(cursor, table)
+        cursor.execute(f"DELETE FROM {table}")
+        if names == self._sqlite_columns(cursor, table, SHADOW_ALIAS):
+            # the one form SQLite copies rows and index entries by, undecoded
+            cursor.execute(f"INSERT INTO {table} SELECT * FROM {SHADOW_ALIAS}.{table}")
+        else:
+            columns = ", ".join(names)
+            cursor.execute(f"INSERT INTO {table} ({columns}) "
+                           f"SELECT {columns} FROM {SHADOW_ALIAS}.{table}")  # fmt: skip
+
+    def _move_tables(self, cursor: Cursor) -> None:
+        """PostgreSQL: the shadow tables, with their indexes, take the live ones' place in
+        their schema, and the live ones go to :data:`RETIRED_SCHEMA`, dropped after the commit;
+        no row is copied. Each move waits for the table's readers of the moment (a statement
+        each: reads run outside transactions) and holds new ones until the commit."""
+        cursor.execute("SELECT current_schema() AS name")
+        row = cursor.fetchone()
+        live = '"' + str(row["name"] if row else "public").replace('"', '""') + '"'
+        cursor.execute(f"CREATE SCHEMA {RETIRED_SCHEMA}")
+        for table in VIEW_TABLES:
+            cursor.execute(f"ALTER TABLE {live}.{table} SET SCHEMA {RETIRED_SCHEMA}")
+            cursor.execute(f"ALTER TABLE {SHADOW_SCHEMA}.{table} SET SCHEMA {live}")
 
     def _columns(self, cursor: Cursor, table: str) -> list[str]:
         if self.database.dialect == "sqlite":
@@ -230,12 +269,20 @@ class Rebuilder:
             path = self.shadow_sqlite_path or Path(f"{self.database.path}.views-rebuild")
             live = self.database
 
+            cache = []
+
             def attach() -> None:
-                live._connection().execute(f"ATTACH DATABASE ? AS {SHADOW_ALIAS}", (str(path),))
+                connection = live._connection()
+                connection.execute(f"ATTACH DATABASE ? AS {SHADOW_ALIAS}", (str(path),))
+                cache.append(connection.execute("PRAGMA main.cache_size").fetchone()[0])
+                connection.execute(f"PRAGMA main.cache_size = -{CACHE_KIB}")  # for the swap
 
             def detach() -> None:
                 with suppress(Exception):
                     live._connection().execute(f"DETACH DATABASE {SHADOW_ALIAS}")
+                for size in cache:
+                    with suppress(Exception):
+                        live._connection().execute(f"PRAGMA main.cache_size = {int(size)}")
 
             return SQLiteDatabase(str(path)), attach, detach
         assert isinstance(self.database, PostgresDatabase)
@@ -253,6 +300,7 @@ class Rebuilder:
             return
         with self.database.transaction(write=True) as cursor:
             cursor.execute(f"DROP SCHEMA IF EXISTS {SHADOW_SCHEMA} CASCADE")
+            cursor.execute(f"DROP SCHEMA IF EXISTS {RETIRED_SCHEMA} CASCADE")
 
 
 def _with_search_path(conninfo: str, schema: str) -> str:

@@ -18,6 +18,7 @@ from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.errors import DomainError
+from projections.rebuild import RETIRED_SCHEMA, SHADOW_SCHEMA
 from projections.views import VIEW_TABLES
 from tests.integration import test_time_travel
 from tests.integration.conftest import Lifecycle
@@ -148,3 +149,44 @@ def test_rebuild_through_the_api_and_the_cli(api: Api) -> None:
     listed = api.client.get("/v1/jobs", headers=api.headers).json()["jobs"]
     assert {job["name"] for job in listed} == {"job-0", "job-1", "job-2"}
     assert UUID(listed[0]["id"])
+
+
+def test_statements_prepared_before_a_rebuild_read_and_write_the_rebuilt_views(
+    services: Services,
+) -> None:
+    """On PostgreSQL the swap moves the rebuilt tables into the views' place: statements the
+    server prepared on the old ones (psycopg prepares a query from its fifth run) must find the
+    new ones, and the old ones must be gone, with the shadow's schema."""
+    workload(services, jobs=12)
+    for _ in range(30):  # prepared on the pool's connections
+        assert services.queries.job_by_name("alice", "job-3") is not None
+        services.queries.list_jobs("alice")
+    indexes = _indexes(services)
+    assert services.rebuilder is not None
+    progress = services.rebuilder.run()
+    assert progress.state == "done", progress.error
+    for index in range(8):
+        assert services.queries.job_by_name("alice", "job-3") is not None
+        outcome = services.jobs.submit("alice", f"after-{index}", {
+            "repository_url": "https://example.com/r.git", "entry_point": ["t.py"],
+            "accels": 1, "nodes": 1}, by=user("alice"))  # fmt: skip
+        services.projector.wait(outcome.position)
+        assert services.queries.job_by_name("alice", f"after-{index}") is not None, index
+    assert _indexes(services) == indexes
+    if services.database.dialect == "postgres":
+        with services.database.transaction() as cursor:
+            cursor.execute("SELECT nspname FROM pg_namespace WHERE nspname IN (?, ?)",
+                           (SHADOW_SCHEMA, RETIRED_SCHEMA))  # fmt: skip
+            assert cursor.fetchall() == []
+
+
+def _indexes(services: Services) -> set[tuple[str, str]]:
+    """(table, index) of every view table's index in the views' own schema."""
+    with services.database.transaction() as cursor:
+        if services.database.dialect == "postgres":
+            cursor.execute("SELECT tablename AS t, indexname AS i FROM pg_indexes "
+                           "WHERE schemaname = current_schema()")  # fmt: skip
+        else:
+            cursor.execute("SELECT tbl_name AS t, name AS i FROM sqlite_master "
+                           "WHERE type = 'index'")  # fmt: skip
+        return {(row["t"], row["i"]) for row in cursor.fetchall() if row["t"] in VIEW_TABLES}
