@@ -41,6 +41,9 @@ class Fleet:
         self._static: dict[str, tuple[str, int, bool]] = {}
         """job id -> (owner, priority rank, preemptible): they never change."""
         self._usage: tuple[float, dict[str, float]] = (0.0, {})
+        self._queued: dict[str, tuple[Any, ...]] = {}
+        """job id -> (its row, owner, accels, nodes, rank, submitted, waiting since): what
+        :meth:`queue` read from the row, by the row object it read it from."""
         self.documents: dict[str, dict[str, Any]] = {}
         """This round's documents of the jobs on nodes, by id."""
 
@@ -58,16 +61,26 @@ class Fleet:
             self._static = {k: v for k, v in self._static.items() if k in keep}
 
     def queue(self, rows: list[dict[str, Any]], now: float) -> list[Queued]:
-        static = self.static([row["id"] for row in rows])
+        """The waiting jobs as the policy takes them. What is read from each row is kept while
+        the waiting line hands the same row object (:mod:`api.scheduling.line` reads again only
+        the jobs that changed): a round over a long queue only works out how long each waited."""
+        kept, self._queued = self._queued, {}
+        new = [row for row in rows if (kept.get(row["id"]) or (None,))[0] is not row]
+        static = self.static([row["id"] for row in new])
+        for row in new:
+            facts = static.get(row["id"])
+            if facts is not None:  # else its document is not in the views yet: the next round
+                kept[row["id"]] = (row, facts[0], int(row["accels"]), int(row["nodes"]),
+                                   facts[1], _epoch(row["created_at"]),
+                                   _epoch(row["updated_at"]))  # fmt: skip
         queued = []
         for row in rows:
-            facts = static.get(row["id"])
-            if facts is None:
-                continue  # its document is not in the views yet: the next round
-            owner, rank, _ = facts
-            queued.append(Queued(row["id"], owner, int(row["accels"]), int(row["nodes"]), rank,
-                                 _epoch(row["created_at"]),
-                                 max(now - _epoch(row["updated_at"]), 0.0)))  # fmt: skip
+            entry = kept.get(row["id"])
+            if entry is not None and entry[0] is row:
+                _, owner, accels, nodes, rank, submitted, since = entry
+                self._queued[row["id"]] = entry
+                queued.append(Queued(row["id"], owner, accels, nodes, rank, submitted,
+                                     max(now - since, 0.0)))  # fmt: skip
         return queued
 
     def on_nodes(self, now: float) -> tuple[list[Lined], list[Running], dict[str, int]]:

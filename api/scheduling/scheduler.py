@@ -77,6 +77,11 @@ class Scheduler:
         self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
         """The inputs (:meth:`_inputs`) of the last plan."""
         self._replan_at = 0.0
+        self._waits_made: dict[str, tuple[tuple[object, ...], dict[str, Any]]] = {}
+        """Each waiting job's explanation, and what it was made of, as the last plan made it:
+        one made of the same is that very object (written rows are compared by identity)."""
+        self.line_length = 0
+        """How many jobs wait to be placed, at the last plan."""
 
     def run_once(self) -> None:
         services = self.services
@@ -95,7 +100,7 @@ class Scheduler:
             waits = self._place(capacity, quotas)
             self._take_pending(capacity, quotas, fast=not waits)
             waits.update(self._explain_enqueued(capacity))
-            services.waits.replace(waits)
+            services.waits.replace(waits, self.line_length)
             self._planned, self._replan_at = inputs, time.monotonic() + REPLAN_EVERY_S
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
@@ -133,6 +138,7 @@ class Scheduler:
         fleet.forget({*rows, *fleet.documents})
         self._held = held
         waits: dict[str, dict[str, Any]] = {}
+        made_now: dict[str, tuple[tuple[object, ...], dict[str, Any]]] = {}
         saves: list[Command] = []
         for place, job_id in enumerate(decided.order, start=1):
             row, decision = rows[job_id], decided.decisions[job_id]
@@ -143,12 +149,14 @@ class Scheduler:
                 saves.append((services.jobs.reject, (UUID(job_id), decision.code,
                                                      decision.message)))  # fmt: skip
             else:
-                waits[job_id] = {
-                    **scheduling_wait(row, decision),
-                    "place": place,
-                    "of": len(decided.order),
-                    "order": decided.reasons[job_id],
-                }
+                key = (decision, place, decided.reasons[job_id], row["accels"], row["nodes"])
+                made = self._waits_made.get(job_id)
+                if made is None or made[0] != key:  # the same as last round: the same object
+                    made = key, {**scheduling_wait(row, decision), "place": place,
+                                 "order": decided.reasons[job_id]}  # fmt: skip
+                waits[job_id] = made[1]
+                made_now[job_id] = made
+        self._waits_made, self.line_length = made_now, len(decided.order) if waits else 0
         self._save_side_by_side(saves)
         self._preempt(decided.preemptions)
         return waits

@@ -37,15 +37,15 @@ class Waits:
             cursor.execute(SCHEMA)
             cursor.execute(LINE_SCHEMA)
 
-    def replace(self, waits: Mapping[str, dict[str, Any]]) -> None:
-        """The waiting jobs now, each ``{"reason": one line, ...detail}``; others are dropped.
+    def replace(self, waits: Mapping[str, dict[str, Any]], line: int = 0) -> None:
+        """The waiting jobs now, each ``{"reason": one line, ...detail}``, and how many wait to
+        be placed (``line``); others are dropped. The detail is not changed afterwards.
 
         Only the rows that changed are written, all in one statement (a round that finds what
         the last one wrote writes nothing: no write transaction every round of an idle
-        scheduler)."""
-        line = next((w[LINE_KEY] for w in waits.values() if LINE_KEY in w), 0)
-        rows = {job_id: {k: v for k, v in wait.items() if k != LINE_KEY}
-                for job_id, wait in waits.items()}  # fmt: skip
+        scheduler). A detail that is the very object written last time is not even compared
+        (the scheduler hands the same object while nothing in it changed)."""
+        rows = dict(waits)
         if rows == self._written and line == self._line:
             return
         at = datetime.now(UTC).isoformat()
@@ -58,7 +58,9 @@ class Waits:
             if gone:
                 cursor.executemany("DELETE FROM job_waits WHERE job_id = ?", gone)
             changed = [(job_id, wait["reason"], json.dumps(wait), at)
-                       for job_id, wait in rows.items() if written.get(job_id) != wait]  # fmt: skip
+                       for job_id, wait in rows.items()
+                       if written.get(job_id) is not wait
+                       and written.get(job_id) != wait]  # fmt: skip
             if changed:
                 cursor.executemany(
                     "INSERT INTO job_waits (job_id, reason, detail, updated_at) "
