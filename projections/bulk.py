@@ -119,7 +119,9 @@ class BulkFold:
 def collector_paused() -> Iterator[None]:
     """No cyclic garbage collection meanwhile: a bulk fold makes millions of small objects and
     keeps tens of thousands of documents, none in a cycle, and the collector's full passes over
-    them took 45% of the fold (10,000 jobs)."""
+    them took 45% of the fold (10,000 jobs). The pause is the whole process's: the cycles the
+    server's other threads leave meanwhile (few: reference counting frees the rest) are
+    collected once the fold ends."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
