@@ -14,6 +14,7 @@ from eventsourcing.domain import Aggregate, event
 import domain.values as values
 from domain.actors import Actor
 from domain.errors import DomainError, checked
+from domain.ids import time_ordered_id
 from domain.job_attempts import JobAttempts
 from domain.job_facts import (
     check_allocations,
@@ -31,7 +32,8 @@ from domain.statuses import Status
 
 
 class TrainingJob(JobAttempts):
-    """One training job; its events are the job's whole history."""
+    """One training job; its events are the job's whole history. Its id is ordered by time."""
+    create_id = staticmethod(time_ordered_id)
 
     @classmethod
     def submit(cls, owner: str, name: str, spec: dict[str, Any], by: Actor) -> TrainingJob:
@@ -237,8 +239,7 @@ class TrainingJob(JobAttempts):
             raise DomainError(f"debug session {session_id} of job '{self.name}' is open already")
         node = self._placement(node_index)["node_name"]
         self._debug_session_opened(session_id=session_id, node=node, node_index=node_index,
-                                   key_fingerprint=key_fingerprint, by=by,
-                                   relay=relay)  # fmt: skip
+                                   key_fingerprint=key_fingerprint, by=by, relay=relay)  # fmt: skip
 
     def close_debug_session(self, session_id: str, reason: str, seconds: float, by: Actor) -> bool:
         """The session ended (``seconds`` after it opened); False when it is closed already."""

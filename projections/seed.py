@@ -38,6 +38,7 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import Mapper, StoredEvent
 
 from domain.actors import scheduler, user
+from domain.ids import time_ordered_id
 from domain.job import TrainingJob
 from domain.job_name import JobName
 from projections.chain import _DOMAIN as _CHAIN_DOMAIN
@@ -171,9 +172,10 @@ class _Job:
 
 
 def _job(owner: str, name: str, moment: datetime, events: int, draw: random.Random) -> _Job:
-    """One job's values: a random id as ``uuid4`` makes, its name, and one moment for all its
-    events (a command's events may share one, too)."""
-    job_id = uuid.UUID(int=draw.getrandbits(128), version=4)
+    """One job's values: an id as the commands make one (:func:`domain.ids.time_ordered_id`,
+    at its moment), its name, and one moment for all its events (a command's events may share
+    one, too)."""
+    job_id = time_ordered_id(int(moment.timestamp() * 1000), draw.getrandbits(74))
     at = moment.isoformat()
     values = {"name": name, "job": str(job_id), "job_hex": job_id.hex}
     values |= {f"t{k}": at for k in range(events)}
