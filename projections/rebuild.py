@@ -39,8 +39,8 @@ SHADOW_ALIAS = "rebuild"
 RETIRED_SCHEMA = "flexai_retired_views"
 """PostgreSQL: where the swap moves the views it replaced, until they are dropped."""
 CACHE_KIB = 256 * 1024
-"""SQLite's page cache for a rebuild's writes (the default 2 MiB spills a big transaction's
-pages to the disk and reads them back)."""
+"""SQLite's page cache for the fold's writes into the shadow file (the default 2 MiB spills a
+big transaction's pages to the disk and reads them back)."""
 PROGRESS_EVERY = 1000
 """Events folded between two updates of :attr:`RebuildProgress.position`."""
 
@@ -196,8 +196,8 @@ class Rebuilder:
         return fold.position
 
     @staticmethod
-    def _sqlite_columns(cursor: Cursor, table: str, schema: str = "main") -> list[str]:
-        cursor.execute(f"SELECT name FROM pragma_table_info('{table}', '{schema}')")
+    def _sqlite_columns(cursor: Cursor, table: str) -> list[str]:
+        cursor.execute(f"SELECT name FROM pragma_table_info('{table}')")
         return [str(row["name"]) for row in cursor.fetchall()]
 
     def _fold(self, shadow: Projector) -> int:
@@ -228,15 +228,10 @@ class Rebuilder:
 
     def _copy_table(self, cursor: Cursor, table: str) -> None:
         """SQLite: the live table's rows replaced by the shadow file's."""
-        names = self._sqlite_columns(cursor, table)
+        columns = ", ".join(self._sqlite_columns(cursor, table))
         cursor.execute(f"DELETE FROM {table}")
-        if names == self._sqlite_columns(cursor, table, SHADOW_ALIAS):
-            # the one form SQLite copies rows and index entries by, undecoded
-            cursor.execute(f"INSERT INTO {table} SELECT * FROM {SHADOW_ALIAS}.{table}")
-        else:
-            columns = ", ".join(names)
-            cursor.execute(f"INSERT INTO {table} ({columns}) "
-                           f"SELECT {columns} FROM {SHADOW_ALIAS}.{table}")  # fmt: skip
+        cursor.execute(f"INSERT INTO {table} ({columns}) "
+                       f"SELECT {columns} FROM {SHADOW_ALIAS}.{table}")  # fmt: skip
 
     def _move_tables(self, cursor: Cursor) -> None:
         """PostgreSQL: the shadow tables, with their indexes, take the live ones' place in
@@ -251,14 +246,6 @@ class Rebuilder:
             cursor.execute(f"ALTER TABLE {live}.{table} SET SCHEMA {RETIRED_SCHEMA}")
             cursor.execute(f"ALTER TABLE {SHADOW_SCHEMA}.{table} SET SCHEMA {live}")
 
-    def _columns(self, cursor: Cursor, table: str) -> list[str]:
-        if self.database.dialect == "sqlite":
-            return self._sqlite_columns(cursor, table)
-        cursor.execute("SELECT column_name AS name FROM information_schema.columns WHERE "
-                       "table_schema = current_schema() AND table_name = ? "
-                       "ORDER BY ordinal_position", (table,))  # fmt: skip
-        return [str(row["name"]) for row in cursor.fetchall()]
-
     # -- where the shadow views live ---------------------------------------------------
 
     def _shadow(self) -> tuple[Database, Callable[[], None], Callable[[], None]]:
@@ -269,20 +256,12 @@ class Rebuilder:
             path = self.shadow_sqlite_path or Path(f"{self.database.path}.views-rebuild")
             live = self.database
 
-            cache = []
-
             def attach() -> None:
-                connection = live._connection()
-                connection.execute(f"ATTACH DATABASE ? AS {SHADOW_ALIAS}", (str(path),))
-                cache.append(connection.execute("PRAGMA main.cache_size").fetchone()[0])
-                connection.execute(f"PRAGMA main.cache_size = -{CACHE_KIB}")  # for the swap
+                live._connection().execute(f"ATTACH DATABASE ? AS {SHADOW_ALIAS}", (str(path),))
 
             def detach() -> None:
                 with suppress(Exception):
                     live._connection().execute(f"DETACH DATABASE {SHADOW_ALIAS}")
-                for size in cache:
-                    with suppress(Exception):
-                        live._connection().execute(f"PRAGMA main.cache_size = {int(size)}")
 
             return SQLiteDatabase(str(path)), attach, detach
         assert isinstance(self.database, PostgresDatabase)
