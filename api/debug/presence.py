@@ -150,9 +150,18 @@ class PostgresPresence:
         return {i for i in wanted if lock_key(i) in held}
 
     def release(self) -> None:
-        """Close the connection: PostgreSQL releases the lock with the session."""
+        """Unlock, then close the connection. PostgreSQL would release the lock with the session,
+        but only once its backend has read the closed socket: a moment in which other servers
+        still see this one alive. The unlock is answered only once the lock is free."""
         self._released.set()
         with self._lock:
+            connection = self._connection
+            if connection is not None and not connection_lost(connection):
+                with suppress(psycopg.Error):
+                    connection.execute(
+                        "SELECT pg_advisory_unlock(%s, %s)",
+                        (LOCK_CLASS, lock_key(self.instance_id)),
+                    )
             self._close()
 
     def _close(self) -> None:
