@@ -13,7 +13,9 @@ the ratio is the number to watch (the machines are shared and noisy):
    database. Target on PostgreSQL: at least 0.5 x the baseline. Beside it (unless
    ``--no-slurm``): Slurm's ``sbatch --wrap true`` from as many threads (``bench/slurm.py``;
    target: at least 3 x), and the CPU one submission cost the server, the database and the
-   clients, with the rate the machine's cores allow at that cost.
+   clients, with the rate the machine's cores allow at that cost. Then as many ``GET /health``
+   from the same clients, next to the same baseline: the ceiling that the HTTP stack (uvicorn,
+   Starlette, httpx) puts on any route of this server, before the route does anything.
 2. lag: a steady stream of events (default 500/s for 10 s: job submissions, two events each,
    from ``--writers`` writer processes, 2 by default, each an application of its own) while
    this process's projector (another replica: on PostgreSQL it follows by LISTEN/NOTIFY, on
@@ -41,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -124,38 +126,50 @@ def server(url: str, root: Path) -> Iterator[tuple[str, str, int]]:
 
 def bench_submit(
     store: str, root: Path, count: int, clients: int
-) -> tuple[float, float, dict[str, float]]:
-    """Jobs/s through the API, the raw one-row-per-commit loop's rows/s, and the CPU time one
-    submission cost the server, the database and the clients (ms)."""
+) -> tuple[float, float, dict[str, float], float]:
+    """Jobs/s through the API, the raw one-row-per-commit loop's rows/s, the CPU time one
+    submission cost the server, the database and the clients (ms), and the rate of as many
+    ``GET /health`` from the same clients: what the HTTP stack alone allows."""
     with store_url(store, root, "bench_submit") as url, \
             server(url, root) as (base, token, server_pid):  # fmt: skip
         headers = {"Authorization": f"Bearer {token}"}
-        names = iter(range(count))
-        lock = threading.Lock()
 
-        def client() -> None:
-            with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-                while True:
-                    with lock:
-                        index = next(names, None)
-                    if index is None:
-                        return
-                    answer = http.post("/v1/jobs", json={**SPEC, "name": f"s-{index}"})
-                    if answer.status_code != 201:
-                        raise RuntimeError(f"{answer.status_code} {answer.text}")
+        def submit(http: httpx.Client, index: int) -> httpx.Response:
+            return http.post("/v1/jobs", json={**SPEC, "name": f"s-{index}"})
 
         database = postgres_pids() if store == "postgres" else []
         before = (cpu_seconds(server_pid), sum(map(cpu_seconds, database)), time.process_time())
-        started = time.perf_counter()
-        with ThreadPoolExecutor(clients) as pool:
-            for future in [pool.submit(client) for _ in range(clients)]:
-                future.result()
-        ours = count / (time.perf_counter() - started)
+        ours = drive(base, headers, clients, count, submit, 201)
         after = (cpu_seconds(server_pid), sum(map(cpu_seconds, database)), time.process_time())
         cpu = {part: (end - start) * 1000 / count for part, start, end in
                zip(("server", "database", "clients"), before, after, strict=True)}  # fmt: skip
+        health = drive(base, headers, clients, count, lambda http, _: http.get("/health"), 200)
         baseline = raw_commits(url, count)
-    return ours, baseline, cpu
+    return ours, baseline, cpu, health
+
+
+def drive(base: str, headers: dict[str, str], clients: int, count: int,
+          call: Callable[[httpx.Client, int], httpx.Response], status: int) -> float:  # fmt: skip
+    """``count`` calls from ``clients`` threads, each with a connection of its own; calls/s."""
+    indexes = iter(range(count))
+    lock = threading.Lock()
+
+    def client() -> None:
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
+            while True:
+                with lock:
+                    index = next(indexes, None)
+                if index is None:
+                    return
+                answer = call(http, index)
+                if answer.status_code != status:
+                    raise RuntimeError(f"{answer.status_code} {answer.text}")
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        for future in [pool.submit(client) for _ in range(clients)]:
+            future.result()
+    return count / (time.perf_counter() - started)
 
 
 def raw_commits(url: str, count: int) -> float:
@@ -302,11 +316,14 @@ def main() -> int:
         with ExitStack() as stack:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             if args.only in (None, "submit"):
-                ours, base, cpu = bench_submit(store, root / "submit", args.submissions,
-                                               args.clients)  # fmt: skip
+                ours, base, cpu, health = bench_submit(store, root / "submit",
+                                                       args.submissions, args.clients)  # fmt: skip
                 rows.append((f"submit via API, {args.clients} clients ({store})",
                              f"{ours:.0f} jobs/s", f"{base:.0f} commits/s",
                              f"{ours / base:.2f}x (target >= 0.5x)"))  # fmt: skip
+                rows.append((f"GET /health, the same clients ({store})", f"{health:.0f} req/s",
+                             f"{base:.0f} commits/s",
+                             f"{health / base:.2f}x: the HTTP stack's ceiling"))  # fmt: skip
                 if sbatch is None and not args.no_slurm:
                     try:
                         sbatch = sbatch_rate(root / "slurm", args.submissions, args.clients)
