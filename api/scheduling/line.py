@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.statuses import Status
@@ -34,6 +34,8 @@ class WaitingLine:
         """Jobs with events since the last read; None: read every waiting job."""
         self._rows: dict[str, dict[str, Any]] = {}
         self._full_at = 0.0
+        self.read_again: set[str] | None = None
+        """The jobs the last :meth:`rows` read again; None: it read every waiting job."""
 
     def on_events(self, events: Sequence[Any]) -> None:
         """A projector's listener: these events are in the views now."""
@@ -55,22 +57,25 @@ class WaitingLine:
         with self._lock:
             return self._changed is None or bool(self._changed)
 
-    def rows(self) -> dict[str, dict[str, Any]]:
-        """The waiting jobs' list rows, by id."""
+    def rows(self) -> Mapping[str, dict[str, Any]]:
+        """The waiting jobs' list rows, by id: the line's own, as they are until the next call
+        (not copied: 30,000 of them took a millisecond a round)."""
         now = time.monotonic()
         with self._lock:
             changed, self._changed = self._changed, set()
         try:
             if changed is None or now >= self._full_at:
+                self.read_again = None
                 found = self.queries.jobs_in([Status.SCHEDULING])
                 self._rows = {str(row["id"]): row for row in found}
                 self._full_at = now + FULL_READ_S
             else:
+                self.read_again = changed
                 self._read_again(changed)
         except BaseException:
             self.forget()  # what changed is not lost with the database
             raise
-        return dict(self._rows)
+        return self._rows
 
     def _read_again(self, changed: set[str]) -> None:
         ordered = sorted(changed)

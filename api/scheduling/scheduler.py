@@ -9,7 +9,8 @@ Each round (woken by submissions, reports and registrations, else every
    (:func:`domain.scheduling.choose_node`), or rejected with the reason;
 3. every waiting job gets a one-line reason and the detail behind it (:mod:`api.scheduling.waits`);
    2 and 3 are skipped by a round that finds nothing they read changed since they last ran
-   (at most ``REPLAN_EVERY_S`` before);
+   (at most ``REPLAN_EVERY_S`` before), and by one that finds only new jobs joining a long
+   line (:mod:`api.scheduling.arrivals`: they are explained as their like were);
 4. about once a second, stops no node confirmed in time fail, and jobs past their time limit
    whose node did not end them fail ``time_limit_exceeded``.
 
@@ -25,17 +26,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from api.scheduling.arrivals import Arrivals
+from api.scheduling.deadlines import attempt, end_overdue, lose_silent_nodes
 from api.scheduling.fleet import Fleet
 from api.scheduling.leadership import RETRY_S, LeaderLock
 from api.scheduling.line import WaitingLine
 from api.scheduling.reasons import enqueued_wait, node_wait, scheduling_wait
 from api.services import Services
-from common.durations import human_duration
-from domain.errors import DomainError
 from domain.policy import Preempt, plan
 from domain.scheduling import Assign, NodeCapacity, Reject, choose_node
 from domain.statuses import Status
@@ -47,9 +48,10 @@ ROUND_GAP_S = 0.005
 """The least time between two rounds; after a longer round, its length up to 1 s (so rounds take
 at most half the server's time, however many jobs wait)."""
 REPLAN_EVERY_S = 0.5
-"""A round plans again at least this often, even when nothing it reads changed."""
-DEFAULT_STOP_GRACE_S = 10.0
-"""The agent's default --stop-grace, for jobs that did not set their own."""
+"""A round plans again at least this often, even when nothing it reads changed..."""
+REPLAN_SHARE = 0.05
+"""...unless that plan would take more than this share of the server's time: a plan of 30,000
+waiting jobs (0.1 to 0.15 s here) is made again every 2 to 3 s while nothing changes."""
 LEADER_RETRY_S = RETRY_S
 """How often a server that does not schedule tries to take the scheduler lock."""
 SAVES_AT_ONCE = 8
@@ -71,7 +73,8 @@ class Scheduler:
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
         self.fleet = Fleet(services)
         self.line = WaitingLine(services.queries)
-        services.projector.listeners.append(self.line.on_events)
+        self.arrivals = Arrivals()
+        services.projector.listeners += [self.arrivals.on_events, self.line.on_events]
         self._held: dict[str, int] = {}
         """What each owner's jobs held or were placed for at the last round's start."""
         self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
@@ -92,29 +95,52 @@ class Scheduler:
 
     def _round(self) -> None:
         services = self.services
-        self._lose_silent_nodes()
+        lose_silent_nodes(services, self.started_at)
         inputs = self._inputs()
-        if inputs != self._planned or self.line.moved or time.monotonic() >= self._replan_at:
-            _, live, quotas = inputs
+        if (inputs != self._planned or self.line.moved or time.monotonic() >= self._replan_at
+                ) and not self._joined(inputs):  # fmt: skip
+            started, (_, live, quotas) = time.monotonic(), inputs
+            self.arrivals.planning()
             capacity = self._capacity(live)
             waits = self._place(capacity, quotas)
             self._take_pending(capacity, quotas, fast=not waits)
             waits.update(self._explain_enqueued(capacity))
             services.waits.replace(waits, self.line_length)
-            self._planned, self._replan_at = inputs, time.monotonic() + REPLAN_EVERY_S
+            took = time.monotonic() - started
+            self._planned = inputs
+            self._replan_at = time.monotonic() + max(REPLAN_EVERY_S, took / REPLAN_SHARE)
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
-            self._end_overdue()
+            end_overdue(services)
         for chore in self.chores:
             chore()
         services.projector.catch_up()
+
+    def _joined(self, inputs: tuple[int, frozenset[str], dict[str, int]]) -> bool:
+        """A round in which jobs only joined a long line: they are explained as the last plan
+        explained their like, and no plan is made (:mod:`api.scheduling.arrivals`)."""
+        if self._planned is None or self._planned[1:] != inputs[1:] or \
+                time.monotonic() >= self._replan_at:  # fmt: skip
+            return False
+        rows = self.line.rows()
+        changed = self.line.read_again
+        static = self.fleet.static([job_id for job_id in changed or () if job_id in rows])
+        waits = self.arrivals.explain(changed, rows, static, inputs[2])
+        if waits is None:
+            return False
+        self._take_pending({}, {}, fast=False)  # jobs submitted through another replica
+        if waits:
+            self.line_length += len(waits)
+            self.services.waits.add(waits, self.line_length)
+        self._planned = inputs
+        return True
 
     def _inputs(self) -> tuple[int, frozenset[str], dict[str, int]]:
         """What a round's plan is made of, but time: the views' position (every job and node),
         the nodes alive, and the quotas. A round that finds them as the last plan left them
         makes no new plan (a queue of thousands waiting costs no CPU while nothing happens),
-        unless ``REPLAN_EVERY_S`` passed: what time changes (patience, fair share's decay,
-        preemption's wait) is then seen."""
+        unless ``REPLAN_EVERY_S`` passed (longer for a long line: ``REPLAN_SHARE``): what time
+        changes (patience, fair share's decay, preemption's wait) is then seen."""
         services = self.services
         live = services.state.live_nodes(services.settings.node_timeout_s)
         return services.projector.position(), frozenset(live), self.fleet.quotas()
@@ -126,15 +152,14 @@ class Scheduler:
     ) -> dict[str, dict[str, Any]]:
         """Place the jobs waiting in ``scheduling`` in the policy's order (priority, then fair
         share, then age: :func:`domain.policy.plan`), and ask for the preemptions it names."""
-        services, fleet = self.services, self.fleet
-        now = time.time()
+        services, fleet, started = self.services, self.fleet, time.monotonic()
+        now, patience = time.time(), services.settings.scheduling_patience_s
         rows = self.line.rows()
         lined, running, held = fleet.on_nodes(now)
-        decided = plan(
-            fleet.queue(list(rows.values()), now), list(capacity.values()), lined, running,
-            fleet.usage(now), quotas, held, services.settings.scheduling_patience_s,
-            services.settings.preempt_after_s,
-        )  # fmt: skip
+        queue = fleet.queue(list(rows.values()), now)
+        decided = plan(queue, list(capacity.values()), lined, running, fleet.usage(now), quotas,
+                       held, patience, services.settings.preempt_after_s)  # fmt: skip
+        self.arrivals.planned(rows, queue, decided, quotas, patience, time.monotonic() - started)
         fleet.forget({*rows, *fleet.documents})
         self._held = held
         waits: dict[str, dict[str, Any]] = {}
@@ -269,72 +294,9 @@ class Scheduler:
             waits[row["id"]] = enqueued_wait(row, nodes)
         return waits
 
-    # -- the fleet's truth ------------------------------------------------------------------
-
-    def _lose_silent_nodes(self) -> None:
-        services = self.services
-        timeout = services.settings.node_timeout_s
-        now = datetime.now(UTC)
-        if now - self.started_at < timedelta(seconds=timeout):
-            return  # a lease runs only while this server does: agents wait out its restart
-        seen = services.state.last_seen()
-        for row in services.queries.nodes():
-            last = seen.get(row["id"])
-            if last is not None and now - datetime.fromisoformat(last) < timedelta(seconds=timeout):
-                continue
-            job_ids = services.queries.jobs_on_node(row["id"])
-            if not job_ids:
-                continue
-            message = (
-                f"node {row['name']} was lost: last heard of at {last or 'no time'}, more than "
-                f"{timeout:g} s before {now.isoformat(timespec='seconds')}"
-            )
-            log.warning("%s; %d job(s) there", message, len(job_ids))
-            for job_id in job_ids:
-                self._try(services.jobs.node_lost, UUID(job_id), row["id"], message)
-
-    def _end_overdue(self) -> None:
-        services = self.services
-        confirm = services.settings.stop_confirm_timeout_s
-        now = datetime.now(UTC)
-        for row in services.queries.jobs_in([Status.STOP_IN_PROGRESS, Status.IN_PROGRESS]):
-            document = services.queries.job(row["id"])
-            if document is None:
-                continue
-            grace = document["spec"].get("stop_grace_s")
-            margin = (DEFAULT_STOP_GRACE_S if grace is None else grace) + confirm
-            job_id = UUID(row["id"])
-            if row["status"] == Status.STOP_IN_PROGRESS.value:
-                asked = datetime.fromisoformat((document.get("stop") or {}).get("requested_at")
-                                               or row["updated_at"])  # fmt: skip
-                if now - asked > timedelta(seconds=margin):
-                    nodes = ", ".join(p["node"] for p in document.get("placements", [])) or "-"
-                    self._try(services.jobs.fail_stop, job_id,
-                              f"no node confirmed the stop within {margin:g} s of the request; "
-                              f"the job's processes may still run on {nodes}")  # fmt: skip
-                continue
-            limit = document["spec"].get("time_limit_s")
-            started = document.get("started_at")
-            if (
-                limit
-                and started
-                and now - datetime.fromisoformat(started) > timedelta(seconds=limit + margin)
-            ):
-                self._try(services.jobs.fail_overdue, job_id,
-                          f"the job ran past its time limit of {human_duration(limit)} and its "
-                          f"node did not end it within {margin:g} s")  # fmt: skip
-
     # -- the loop ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _try(command: Callable[..., object], *args: object) -> bool:
-        """Run one command; another replica may have moved the job on already."""
-        try:
-            command(*args)
-        except DomainError as error:
-            log.info("scheduler skipped a job: %s", error)
-            return False
-        return True
+    _try = staticmethod(attempt)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._follow_lock, name="scheduler", daemon=True)

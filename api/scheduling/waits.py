@@ -23,6 +23,12 @@ LINE_KEY = "of"
 """How many jobs wait in ``scheduling`` (the "of 40" of "place in line: 3 of 40"): the same
 for every job there, so it is kept once, not in each job's row. A job joining the end of the
 line then rewrites no one else's row."""
+WRITE_WAIT = ("INSERT INTO job_waits (job_id, reason, detail, updated_at) VALUES (?, ?, ?, ?) "
+              "ON CONFLICT (job_id) DO UPDATE SET reason = excluded.reason, "
+              "detail = excluded.detail, updated_at = excluded.updated_at")  # fmt: skip
+WRITE_LINE = ("INSERT INTO scheduling_line (id, waiting, updated_at) VALUES (1, ?, ?) "
+              "ON CONFLICT (id) DO UPDATE SET waiting = excluded.waiting, "
+              "updated_at = excluded.updated_at")  # fmt: skip
 
 
 class Waits:
@@ -62,21 +68,24 @@ class Waits:
                        if written.get(job_id) is not wait
                        and written.get(job_id) != wait]  # fmt: skip
             if changed:
-                cursor.executemany(
-                    "INSERT INTO job_waits (job_id, reason, detail, updated_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET "
-                    "reason = excluded.reason, detail = excluded.detail, "
-                    "updated_at = excluded.updated_at",
-                    changed,
-                )
+                cursor.executemany(WRITE_WAIT, changed)
             if line != self._line:
-                cursor.execute(
-                    "INSERT INTO scheduling_line (id, waiting, updated_at) VALUES (1, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET waiting = excluded.waiting, "
-                    "updated_at = excluded.updated_at",
-                    (line, at),
-                )
+                cursor.execute(WRITE_LINE, (line, at))
         self._written, self._line = rows, line
+        self.version += 1
+
+    def add(self, waits: Mapping[str, dict[str, Any]], line: int) -> None:
+        """More waiting jobs (none of them written before), and how many wait now."""
+        if self._written is None:
+            self.replace(waits, line)
+            return
+        at = datetime.now(UTC).isoformat()
+        with self.database.transaction(write=True) as cursor:
+            cursor.executemany(WRITE_WAIT, [(job_id, wait["reason"], json.dumps(wait), at)
+                                            for job_id, wait in waits.items()])  # fmt: skip
+            cursor.execute(WRITE_LINE, (line, at))
+        self._written.update(waits)
+        self._line = line
         self.version += 1
 
     def reasons(self, job_ids: Iterable[str]) -> dict[str, str]:

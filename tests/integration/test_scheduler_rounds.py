@@ -12,6 +12,8 @@ from uuid import UUID
 
 import pytest
 
+from api.scheduling import arrivals as arrivals_module
+from api.scheduling import scheduler as scheduler_module
 from api.scheduling.scheduler import REPLAN_EVERY_S, Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
@@ -240,6 +242,37 @@ def test_a_round_that_finds_nothing_changed_makes_no_new_plan_until_something_or
 
     planned = len(lines)
     time.sleep(REPLAN_EVERY_S)  # patience, fair share and preemption move with time alone
+    time.sleep(max(rounds.scheduler._replan_at - time.monotonic(), 0))  # a slow plan: later
+    rounds.run()
+    assert len(lines) == planned + 1
+
+
+def test_a_plan_that_takes_long_is_made_again_less_often_while_nothing_changes(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long line's plan takes at most REPLAN_SHARE of the server's time when it is made only
+    because time passed: here a plan of 20 ms is made again a second later, not half."""
+    lines: list[float] = []
+    line = rounds.scheduler.line
+    taken = line.rows
+
+    def slow() -> dict[str, dict[str, Any]]:
+        lines.append(time.monotonic())
+        time.sleep(0.02)
+        return taken()
+
+    monkeypatch.setattr(line, "rows", slow)
+    monkeypatch.setattr(scheduler_module, "REPLAN_SHARE", 0.02)
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    rounds.submit("needs-two", nodes=2)  # it waits for two live nodes
+    for _ in range(3):  # it begins scheduling, waits, and its reasons are written
+        rounds.run()
+    planned = len(lines)
+    time.sleep(REPLAN_EVERY_S + 0.05)
+    rounds.run()
+    assert len(lines) == planned  # half a second passed, but the plan took 20 ms: not yet
+    assert rounds.scheduler._replan_at - lines[-1] >= 1.0
+    time.sleep(max(rounds.scheduler._replan_at - time.monotonic(), 0) + 0.01)
     rounds.run()
     assert len(lines) == planned + 1
 
@@ -280,3 +313,76 @@ def test_a_round_reads_again_only_the_waiting_jobs_that_changed_and_every_one_no
     rounds.submit("wide-3", nodes=2)
     rounds.run()
     assert len(full) == 2
+
+
+def test_jobs_that_only_join_a_long_line_are_explained_as_their_like_without_a_new_plan(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(arrivals_module, "LONG_PLAN_S", 0.0)  # every line counts as long
+    plans: list[int] = []
+    real_plan = scheduler_module.plan
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        plans.append(1)
+        return real_plan(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler_module, "plan", counted)
+    waits, queries = rounds.services.waits, rounds.services.queries
+
+    def joined(name: str, **spec: Any) -> str:
+        job_id = str(rounds.submit(name, **spec))
+        rounds.run()  # it begins scheduling
+        rounds.run()  # it waits
+        return job_id
+
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    first = joined("wide-1", nodes=2)  # it waits for two live nodes
+    rounds.run()
+    planned = len(plans)
+    reason = (waits.detail(first) or {})["reason"]
+
+    second = joined("wide-2", nodes=2)  # the same shape: no plan, the same reason
+    assert len(plans) == planned
+    detail = waits.detail(second)
+    assert detail is not None and detail["reason"] == reason and "place" not in detail
+    assert detail["asked"] == {"accels": 1, "nodes": 2}
+    assert queries.place_in_scheduling(second) == (2, 2)  # inspect's place meanwhile
+    assert (waits.detail(first) or {})["of"] == 2  # the line's length moved
+
+    third = joined("wider", nodes=2, accels=2)  # another shape: a plan
+    assert len(plans) == planned + 1
+    assert [(waits.detail(job_id) or {}).get("place") for job_id in (first, second, third)] == [
+        1, 2, 3]  # fmt: skip
+
+    planned = len(plans)
+    rounds.services.jobs.request_stop(UUID(first), by=user("alice"))  # another event: a plan
+    rounds.services.projector.catch_up()
+    rounds.run()
+    assert len(plans) == planned + 1
+    assert waits.detail(first) is None  # it left the line
+    assert [(waits.detail(job_id) or {}).get("place") for job_id in (second, third)] == [1, 2]
+
+    planned = len(plans)
+    rounds.services.identities.create_user("bob", admin=False, by="admin")
+    rounds.services.identities.set_quota("bob", 8, by="admin")  # the quotas changed: a plan
+    joined("wide-5", nodes=2)
+    assert len(plans) > planned
+
+
+def test_a_short_line_is_planned_again_for_every_job_that_joins_it(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plans: list[int] = []
+    real_plan = scheduler_module.plan
+    monkeypatch.setattr(scheduler_module, "plan",
+                        lambda *args: plans.append(1) or real_plan(*args))  # fmt: skip
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")
+    rounds.submit("wide-1", nodes=2)
+    for _ in range(3):
+        rounds.run()
+    planned = len(plans)
+    second = str(rounds.submit("wide-2", nodes=2))
+    rounds.run()
+    rounds.run()
+    assert len(plans) > planned  # a plan of a few jobs takes far less than LONG_PLAN_S
+    assert (rounds.services.waits.detail(second) or {}).get("place") == 2
