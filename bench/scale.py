@@ -333,6 +333,9 @@ def main() -> int:
                     rows.append((f"submit via API / sbatch, {args.clients} clients ({store})",
                                  f"{ours:.0f} jobs/s", f"{sbatch:.0f} sbatch/s",
                                  f"{ours / sbatch:.2f}x (target >= 3x)"))  # fmt: skip
+                    rows.append((f"GET /health / sbatch ({store})", f"{health:.0f} req/s",
+                                 f"{sbatch:.0f} sbatch/s",
+                                 f"{health / sbatch:.2f}x: the HTTP stack's ceiling"))  # fmt: skip
                 ceiling = (os.cpu_count() or 1) * 1000 / sum(cpu.values())
                 rows.append((f"CPU per submission ({store})", f"server {cpu['server']:.2f} ms",
                              f"database {cpu['database']:.2f} ms",
