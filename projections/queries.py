@@ -62,6 +62,14 @@ def page_jobs_sql(
 
 LINE_COLUMNS = "id, owner, name, status, accels, nodes, node_id, created_at, updated_at"
 """A job's list row as the scheduler reads it."""
+USAGE_INTERVALS = (
+    "SELECT owner, accels * nodes AS accels, started_at, ended_at FROM job_list "
+    "WHERE started_at IS NOT NULL AND ended_at IS NULL UNION ALL "
+    "SELECT owner, accels * nodes AS accels, started_at, ended_at FROM job_list "
+    "WHERE started_at IS NOT NULL AND ended_at >= ?"
+)
+"""The jobs that run and those that ended since: two range scans of ``job_list_ran`` (one
+``OR`` would read every job)."""
 
 
 class Queries:
@@ -160,10 +168,7 @@ class Queries:
     def usage_intervals(self, since: str) -> list[Row]:
         """Each job that ran since ``since`` (or runs): its owner, the accelerators it held
         on all its nodes, and when it started and ended (None: it runs)."""
-        return self._all(
-            "SELECT owner, accels * nodes AS accels, started_at, ended_at FROM job_list "
-            "WHERE started_at IS NOT NULL AND (ended_at IS NULL OR ended_at >= ?)", (since,)
-        )
+        return self._all(USAGE_INTERVALS, (since,))
 
     def jobs_in(self, statuses: Iterable[Status]) -> list[Row]:
         wanted = [status.value for status in statuses]

@@ -46,6 +46,10 @@ SCHEMA = [
     # rebuilt) prefers the partial index above to job_list_owner_name and scans every job.
     """CREATE INDEX IF NOT EXISTS job_list_owner_live_name ON job_list (owner, name)
         WHERE deleted_at IS NULL""",
+    # The jobs that ran, for fair share's usage (re-summed every 10 s): without it, every job
+    # ever submitted is read each time (a million: 70 ms on SQLite, every 10 s).
+    """CREATE INDEX IF NOT EXISTS job_list_ran ON job_list (ended_at)
+        WHERE started_at IS NOT NULL""",
     """CREATE TABLE IF NOT EXISTS job_details (
         id TEXT PRIMARY KEY, document TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS checkpoints (

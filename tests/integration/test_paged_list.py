@@ -23,7 +23,7 @@ from domain.actors import user
 from domain.job import TrainingJob
 from domain.job_name import JobName
 from domain.statuses import Status
-from projections.queries import Queries, page_jobs_sql
+from projections.queries import USAGE_INTERVALS, Queries, page_jobs_sql
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import assert_problem
 
@@ -173,7 +173,8 @@ def test_a_limit_outside_1_to_500_is_a_422_problem(api: Api, limit: str) -> None
 
 
 def _plan(services: Services, sql: str, params: list[Any]) -> str:
-    with services.database.transaction() as cursor:
+    # On PostgreSQL a read runs each statement alone: the settings need a transaction.
+    with services.database.transaction(write=services.database.dialect == "postgres") as cursor:
         if services.database.dialect == "postgres":
             # A small table: make the planner show whether an index can serve the page at
             # all (no sequential scan, and no sort: the index gives the order).
@@ -255,3 +256,28 @@ def test_inspect_by_name_stays_an_index_lookup_next_to_the_list_indexes(api: Api
     plan = _plan(api.services, sql, params)
     assert "Filter" not in plan and "Seq Scan" not in plan, plan
     assert "owner_live_name" in plan or "owner_name" in plan, plan
+
+
+def test_fair_shares_usage_reads_only_the_jobs_that_ran_by_index(api: Api) -> None:
+    """Re-summed every 10 s: with a million jobs in the views, reading them all took 70 ms."""
+    rows = [  # id, started_at, ended_at
+        ("never-ran", None, None), ("runs", "2026-01-02T00:00:00+00:00", None),
+        ("ended-long-ago", "2025-01-01T00:00:00+00:00", "2025-01-01T01:00:00+00:00"),
+        ("ended-lately", "2026-01-01T00:00:00+00:00", "2026-01-03T00:00:00+00:00"),
+    ]  # fmt: skip
+    with api.services.database.transaction(write=True) as cursor:
+        for job_id, started, ended in rows:
+            cursor.execute(
+                "INSERT INTO job_list (id, owner, name, status, accels, nodes, created_at, "
+                "started_at, ended_at, updated_at, position) VALUES (?, 'alice', ?, 'failed', 2, "
+                "3, '2025-01-01T00:00:00+00:00', ?, ?, '2026-01-03T00:00:00+00:00', 1)",
+                (job_id, job_id, started, ended),
+            )  # fmt: skip
+    found = api.services.queries.usage_intervals("2026-01-01T00:00:00+00:00")
+    assert sorted((row["started_at"], row["ended_at"], row["accels"]) for row in found) == [
+        ("2026-01-01T00:00:00+00:00", "2026-01-03T00:00:00+00:00", 6),
+        ("2026-01-02T00:00:00+00:00", None, 6),
+    ]  # fmt: skip
+    plan = _plan(api.services, USAGE_INTERVALS, ["2026-01-01T00:00:00+00:00"])
+    assert plan.count("job_list_ran") == 2, plan
+    assert "SCAN job_list" not in plan and "Seq Scan" not in plan, plan
