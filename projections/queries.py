@@ -70,6 +70,14 @@ USAGE_INTERVALS = (
 )
 """The jobs that run and those that ended since: two range scans of ``job_list_ran`` (one
 ``OR`` would read every job)."""
+COUNT_SCHEDULING = "SELECT COUNT(*) AS n FROM job_list WHERE status = ? AND deleted_at IS NULL"
+PLACES = (
+    "SELECT (SELECT COUNT(*) FROM job_list o WHERE o.status = j.status AND "
+    "o.deleted_at IS NULL AND (o.created_at, o.id) < (j.created_at, j.id)) AS ahead, "
+    f"({COUNT_SCHEDULING}) AS n FROM job_list j WHERE j.status = ?"
+)
+"""A waiting job's count of those ahead of it and of all (a job in ``scheduling`` is never
+deleted: both count in ``job_list_status_newest``)."""
 
 
 class Queries:
@@ -224,13 +232,17 @@ class Queries:
         return {node_id: held + queued for node_id, (held, queued) in self.node_load().items()}
 
     def place_in_scheduling(self, job_id: str) -> tuple[int, int]:
-        """A job's place among the jobs not placed yet (oldest first), and how many there are."""
-        rows = self._all(
-            "SELECT id FROM job_list WHERE status = ? ORDER BY created_at, id",
-            (Status.SCHEDULING.value,),
-        )
-        ids = [row["id"] for row in rows]
-        return (ids.index(job_id) + 1 if job_id in ids else 0), len(ids)
+        """A job's place among the jobs not placed yet (oldest first), and how many there are:
+        counted in ``job_list_status_newest``, not read (30,000 waiting: 30 ms read)."""
+        waiting = Status.SCHEDULING.value
+        with self.database.transaction() as cursor:
+            cursor.execute(f"{PLACES} AND id = ?", (waiting, waiting, job_id))
+            row = cursor.fetchone()
+            if row is None:  # not waiting to be placed
+                cursor.execute(COUNT_SCHEDULING, (waiting,))
+                counted = cursor.fetchone()
+                return 0, int(counted["n"]) if counted else 0
+        return int(row["ahead"]) + 1, int(row["n"])
 
     def jobs_on_node(self, node_id: str) -> list[str]:
         """The jobs placed on the node, those that wait first: when the node is lost, they

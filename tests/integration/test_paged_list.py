@@ -23,7 +23,7 @@ from domain.actors import user
 from domain.job import TrainingJob
 from domain.job_name import JobName
 from domain.statuses import Status
-from projections.queries import USAGE_INTERVALS, Queries, page_jobs_sql
+from projections.queries import PLACES, USAGE_INTERVALS, Queries, page_jobs_sql
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import assert_problem
 
@@ -281,3 +281,11 @@ def test_fair_shares_usage_reads_only_the_jobs_that_ran_by_index(api: Api) -> No
     plan = _plan(api.services, USAGE_INTERVALS, ["2026-01-01T00:00:00+00:00"])
     assert plan.count("job_list_ran") == 2, plan
     assert "SCAN job_list" not in plan and "Seq Scan" not in plan, plan
+
+
+def test_a_waiting_jobs_place_is_counted_in_an_index_not_read(api: Api) -> None:
+    """``inspect`` of a job no round explained yet: its place among 30,000 waiting took 30 to
+    50 ms read, 3 to 7 ms counted."""
+    plan = _plan(api.services, f"{PLACES} AND id = ?", ["scheduling", "scheduling", "x"])
+    assert "job_list_status_newest" in plan, plan
+    assert "SCAN" not in plan and "Seq Scan" not in plan, plan  # SQLite's and PostgreSQL's
