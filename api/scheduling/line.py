@@ -67,7 +67,11 @@ class WaitingLine:
             if changed is None or now >= self._full_at:
                 self.read_again = None
                 found = self.queries.jobs_in([Status.SCHEDULING])
-                self._rows = {str(row["id"]): row for row in found}
+                kept, self._rows = self._rows, {}
+                for row in found:  # a row as it was is that very object: the plan knows it
+                    job_id = str(row["id"])
+                    same = kept.get(job_id)
+                    self._rows[job_id] = same if same == row else row
                 self._full_at = now + FULL_READ_S
             else:
                 self.read_again = changed

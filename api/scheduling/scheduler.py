@@ -51,7 +51,10 @@ REPLAN_EVERY_S = 0.5
 """A round plans again at least this often, even when nothing it reads changed..."""
 REPLAN_SHARE = 0.05
 """...unless that plan would take more than this share of the server's time: a plan of 30,000
-waiting jobs (0.1 to 0.15 s here) is made again every 2 to 3 s while nothing changes."""
+waiting jobs (0.1 to 0.25 s here) is made again every 2 to 5 s while nothing changes..."""
+REPLAN_AT_MOST_S = 10.0
+"""...and at least this often whatever it takes: time's effects (patience, fair share's decay,
+preemption's wait) are seen within it."""
 LEADER_RETRY_S = RETRY_S
 """How often a server that does not schedule tries to take the scheduler lock."""
 SAVES_AT_ONCE = 8
@@ -108,7 +111,8 @@ class Scheduler:
             services.waits.replace(waits, self.line_length)
             took = time.monotonic() - started
             self._planned = inputs
-            self._replan_at = time.monotonic() + max(REPLAN_EVERY_S, took / REPLAN_SHARE)
+            self._replan_at = time.monotonic() + min(max(REPLAN_EVERY_S, took / REPLAN_SHARE),
+                                                      REPLAN_AT_MOST_S)
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
             end_overdue(services)

@@ -386,3 +386,37 @@ def test_a_short_line_is_planned_again_for_every_job_that_joins_it(
     rounds.run()
     assert len(plans) > planned  # a plan of a few jobs takes far less than LONG_PLAN_S
     assert (rounds.services.waits.detail(second) or {}).get("place") == 2
+
+
+def test_a_full_read_of_the_line_hands_each_row_that_did_not_change_as_the_same_object(
+    rounds: Round,
+) -> None:
+    """The plan keeps what it read from a row while it is the same object: a full read of a
+    long line (every 5 s) would otherwise make it read every waiting job again."""
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")  # registered, never heard of
+    waiting = [rounds.submit(f"wide-{index}", nodes=2) for index in range(3)]
+    for _ in range(3):
+        rounds.run()
+    line = rounds.scheduler.line
+    before = dict(line.rows())
+    assert set(before) == {str(job_id) for job_id in waiting}
+    rounds.services.jobs.request_stop(waiting[0], by=user("alice"))
+    rounds.services.projector.catch_up()
+    line.forget()  # the next read reads every waiting job
+    after = line.rows()
+    assert line.read_again is None
+    assert set(after) == {str(job_id) for job_id in waiting[1:]}
+    assert all(after[job_id] is before[job_id] for job_id in after)
+
+
+def test_however_long_a_plan_takes_time_is_seen_within_replan_at_most_s(
+    rounds: Round, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_module, "REPLAN_SHARE", 0.0001)  # a 1 ms plan: 10 s later...
+    monkeypatch.setattr(scheduler_module, "REPLAN_AT_MOST_S", 0.6)  # ...but at most this
+    rounds.services.jobs.register_node("gpu-2", 2, "cpu")
+    rounds.submit("needs-two", nodes=2)
+    started = time.monotonic()
+    for _ in range(3):
+        rounds.run()
+    assert rounds.scheduler._replan_at - started <= 0.6 + (time.monotonic() - started)
