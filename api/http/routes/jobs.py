@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
 from api.artifacts.store import attempt_job_key
@@ -35,6 +35,7 @@ from api.http.schemas import (
     JobPublic,
     JobsPublic,
     JobSummary,
+    answer,
 )
 from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
@@ -83,27 +84,26 @@ def find_job(services: Services, owner: str, name: str, me: str | None = None) -
 
 @router.post("", status_code=201, dependencies=[Depends(LedgerWritable)],
              response_model=JobPublic, responses=LIST_ANSWER)  # fmt: skip
-def submit_job(
-    body: JobSubmissions, services: ServicesDep, owner: CurrentUser, response: Response
-) -> JobPublic | JSONResponse:
+def submit_job(body: JobSubmissions, services: ServicesDep, owner: CurrentUser) -> Response:
     """Start a new training job; or, given a list, many (each answered alone: 207)."""
     if isinstance(body, list):
         return submit_jobs(body, services, owner, job_public)
-    return submit_one(body, services, owner, response)
+    return submit_one(body, services, owner)
 
 
-def submit_one(body: JobCreate, services: Services, owner: str, response: Response) -> JobPublic:
+def submit_one(body: JobCreate, services: Services, owner: str) -> Response:
     """One job: checked, recorded (its scheduling started in the same save where this
     server's scheduler runs, as it would start it at once), answered with its position."""
     spec = JobSpecs(services, owner).spec(body)
     outcome = services.jobs.submit(owner, body.name, spec, by=user(owner),
                                    schedule=services.scheduler_leader.is_set())  # fmt: skip
     services.projector.wait(outcome.position)
-    tell_position(response, outcome.position)
     services.scheduler_wakeup.set()
     document = services.queries.job(str(outcome.job_id))
     assert document is not None
-    return job_public(document)
+    response = answer(job_public(document), 201)
+    tell_position(response, outcome.position)
+    return response
 
 
 def parse_statuses(values: list[str]) -> set[Status]:
@@ -125,7 +125,7 @@ def parse_statuses(values: list[str]) -> set[Status]:
     return wanted
 
 
-@router.get("")
+@router.get("", response_model=JobsPublic)
 def list_jobs(
     services: ServicesDep,
     owner: JobOwner,
@@ -135,7 +135,7 @@ def list_jobs(
     status: Annotated[list[str] | None, Query(description="only jobs in these statuses")] = None,
     name_prefix: str = Query(default="", max_length=63,
                              description="only jobs whose name starts with this"),  # fmt: skip
-) -> JobsPublic:
+) -> Response:
     """List your jobs (an admin: a user's with ``owner``, everyone's with ``owner=*``), newest
     first, one page at a time (follow next_cursor)."""
     statuses = parse_statuses(status or [])
@@ -158,11 +158,11 @@ def list_jobs(
                                        "reason": reasons.get(row["id"])})
             for row in page]  # fmt: skip
     next_cursor = encode_cursor(page[-1]["created_at"], page[-1]["id"]) if more else None
-    return JobsPublic(jobs=jobs, count=len(jobs), next_cursor=next_cursor)
+    return answer(JobsPublic(jobs=jobs, count=len(jobs), next_cursor=next_cursor))
 
 
-@router.get("/{name}")
-def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser) -> JobPublic:
+@router.get("/{name}", response_model=JobPublic)
+def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUser) -> Response:
     """A job's spec, status, node, timestamps, lifecycle events, and why it waits."""
     document = find_job(services, owner, name, me)
     if document["status"] in WAITING:
@@ -173,7 +173,7 @@ def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUs
                 document["id"]
             )
         document["waiting"] = waiting
-    return job_public(document)
+    return answer(job_public(document))
 
 
 @router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])
