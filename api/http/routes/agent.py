@@ -26,6 +26,7 @@ from api.http.schemas import (
     Report,
     ReportAccepted,
     Size,
+    answer,
 )
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.services import Services
@@ -197,10 +198,11 @@ def _assignments_of(services: Services, node_id: str) -> Assignments:
     return Assignments(assignments=listed, etag=etag_of([a.model_dump() for a in listed]))
 
 
-@router.post("/jobs/{job_id}/reports", dependencies=[Depends(LedgerWritable)])
+@router.post("/jobs/{job_id}/reports", dependencies=[Depends(LedgerWritable)],
+             response_model=ReportAccepted)  # fmt: skip
 def report(
     job_id: JobId, body: Report, agent_id: AgentId, services: ServicesDep, node: CurrentNode
-) -> ReportAccepted:
+) -> Response:
     """Record a build/run event of a job; a resend is acknowledged, not recorded twice."""
     _require_holder(services, body.node_id, agent_id, node)
     require_job(services, job_id, node)
@@ -229,9 +231,9 @@ def report(
     for index, placement in enumerate(document.get("placements") or []):
         if placement["node_id"] == body.node_id and body.node_index in (None, index):
             seen = assignment_of({**document, "node_index": index})
-            return ReportAccepted(status=seen.status, accelerators=seen.accelerators,
-                                  rendezvous=seen.rendezvous)  # fmt: skip
-    return ReportAccepted(status=str(document["status"]))
+            return answer(ReportAccepted(status=seen.status, accelerators=seen.accelerators,
+                                         rendezvous=seen.rendezvous))  # fmt: skip
+    return answer(ReportAccepted(status=str(document["status"])))
 
 
 @router.post("/jobs/{job_id}/logs", openapi_extra=BYTES_BODY)
