@@ -74,7 +74,7 @@ COUNT_SCHEDULING = "SELECT COUNT(*) AS n FROM job_list WHERE status = ? AND dele
 PLACES = (
     "SELECT (SELECT COUNT(*) FROM job_list o WHERE o.status = j.status AND "
     "o.deleted_at IS NULL AND (o.created_at, o.id) < (j.created_at, j.id)) AS ahead, "
-    f"({COUNT_SCHEDULING}) AS n FROM job_list j WHERE j.status = ?"
+    f"({COUNT_SCHEDULING}) AS n FROM job_list j WHERE j.status = ? AND j.id = ?"
 )
 """A waiting job's count of those ahead of it and of all (a job in ``scheduling`` is never
 deleted: both count in ``job_list_status_newest``)."""
@@ -236,7 +236,7 @@ class Queries:
         counted in ``job_list_status_newest``, not read (30,000 waiting: 30 ms read)."""
         waiting = Status.SCHEDULING.value
         with self.database.transaction() as cursor:
-            cursor.execute(f"{PLACES} AND id = ?", (waiting, waiting, job_id))
+            cursor.execute(PLACES, (waiting, waiting, job_id))
             row = cursor.fetchone()
             if row is None:  # not waiting to be placed
                 cursor.execute(COUNT_SCHEDULING, (waiting,))

@@ -200,8 +200,8 @@ class Scheduler:
             asked.add(victim)
             log.info("job %s is preempted for %s's job %s", victim, document["owner"],
                      document["name"])  # fmt: skip
-            self._try(self.services.jobs.request_preemption, UUID(victim), document["name"],
-                      document["owner"])  # fmt: skip
+            attempt(self.services.jobs.request_preemption, UUID(victim), document["name"],
+                    document["owner"])  # fmt: skip
 
     def _take_pending(
         self, capacity: dict[str, NodeCapacity], quotas: dict[str, int], fast: bool
@@ -255,9 +255,9 @@ class Scheduler:
         of the same aggregate is retried by the application, as any command is."""
         if len(saves) <= 1:
             for command, args in saves:
-                self._try(command, *args)
+                attempt(command, *args)
             return
-        for _ in self._savers.map(lambda save: self._try(save[0], *save[1]), saves):
+        for _ in self._savers.map(lambda save: attempt(save[0], *save[1]), saves):
             pass  # each done (an error other than a refusal fails the round, as it did)
 
     def _capacity(self, live: frozenset[str]) -> dict[str, NodeCapacity]:
@@ -299,8 +299,6 @@ class Scheduler:
         return waits
 
     # -- the loop ---------------------------------------------------------------------------
-
-    _try = staticmethod(attempt)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._follow_lock, name="scheduler", daemon=True)
