@@ -228,18 +228,20 @@ class JobDirs:
         kept = self.scratch.with_name(f"{self.scratch.name}.logs")
         if kept.exists():
             shutil.rmtree(kept)
-        kept.mkdir(parents=True, mode=0o700)
-        for log_file in self.earlier_logs():
-            if _is_agents_file(log_file):
+        earlier = [log_file for log_file in self.earlier_logs() if _is_agents_file(log_file)]
+        if earlier:  # a first attempt makes no folder for none (each costs: see gitmirror)
+            kept.mkdir(parents=True, mode=0o700)
+            for log_file in earlier:
                 os.rename(log_file, kept / log_file.name)
         for directory in (self.root, self.scratch):
             if directory.exists():
                 shutil.rmtree(directory)
             directory.mkdir(parents=True)
             directory.chmod(0o700)
-        for log_file in kept.iterdir():
-            os.rename(log_file, self.root / log_file.name)
-        kept.rmdir()
+        if earlier:
+            for log_file in kept.iterdir():
+                os.rename(log_file, self.root / log_file.name)
+            kept.rmdir()
         for directory in (*self.attempt_folders, self.input, self.home / ".config"):
             directory.mkdir(parents=True)
 

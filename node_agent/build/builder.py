@@ -189,7 +189,7 @@ class JobBuild:
         self.log(f"checked out commit {commit}")
         if self.caches is not None:
             mirrors = self.caches.mirrors
-            mirrors.keep(mirrors.path(url), commit, self.dirs.repo)
+            mirrors.keep(mirrors.path(url), commit, self.dirs.repo, git=self._git_lines)
 
     def _copy_kept_checkout(self, url: str, revision: str | None) -> bool:
         """A commit an earlier job of this node checked out is copied, no git process run

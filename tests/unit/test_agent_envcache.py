@@ -321,3 +321,34 @@ def test_a_commit_checked_out_before_is_copied_and_a_moved_branch_is_still_follo
     assert (moved_dirs.repo / "train.py").read_text() == "print('newest')\n"
     _, back, _ = build_with_caches(work_dir, "job-4", str(repo.path), first.commit)
     assert (back.repo / "train.py").read_text() != "changed by the job\n"
+
+
+def test_a_kept_checkout_is_a_compact_repository_that_git_reads_as_the_clone(
+    tmp_path: Path, repo: Repo
+) -> None:
+    """Each job copies the kept checkout and deletes its copy when it ends: its ``.git`` is
+    few files (loose objects packed, loose refs in ``packed-refs``, no hook examples nor the
+    branches' reflogs), and git reads it as it reads the clone."""
+    work_dir = tmp_path / "agent"
+    first, clone_dirs, _ = build_with_caches(work_dir, "job-1", str(repo.path))
+    again, dirs, lines = build_with_caches(work_dir, "job-2", str(repo.path))
+    assert any("a copy of this node's earlier checkout" in line for line in lines)
+    dot_git = dirs.repo / ".git"
+    entries = {str(path.relative_to(dot_git)) for path in dot_git.rglob("*")}
+    packs = {entry for entry in entries if entry.startswith("objects/pack/pack-")}
+    assert entries - packs == {"HEAD", "config", "index", "packed-refs", "objects",
+                               "objects/pack", "refs", "refs/remotes", "refs/remotes/origin",
+                               "refs/remotes/origin/HEAD", "logs", "logs/HEAD"}  # fmt: skip
+    assert {Path(pack).suffix for pack in packs} >= {".pack", ".idx"}
+    clone_entries = list((clone_dirs.repo / ".git").rglob("*"))
+    assert len(entries) * 2 < len(clone_entries)
+    for args in (["rev-parse", "HEAD"], ["status", "--porcelain"], ["log", "--format=%H"],
+                 ["branch", "-a", "--format=%(refname)"], ["tag"], ["remote", "get-url", "origin"],
+                 ["show", "--stat", "--format=%s", "v1"], ["status"]):  # fmt: skip
+        assert git(dirs.repo, *args) == git(clone_dirs.repo, *args), args
+    assert git(dirs.repo, "rev-parse", "HEAD") == again.commit == first.commit
+    assert subprocess.run(["git", "-C", str(dirs.repo), "fsck", "--strict"],
+                          capture_output=True).returncode == 0  # fmt: skip
+    git(dirs.repo, "commit", "--allow-empty", "-m", "a job may commit in its copy")
+    kept = next((work_dir / "git-mirrors" / "checkouts").glob("*/*"))
+    assert git(kept, "rev-parse", "HEAD") == first.commit
