@@ -182,7 +182,13 @@ class Rebuilder:
         SQLite file in one transaction: each job's document in memory, its rows written once
         (:class:`projections.bulk.BulkFold`), rather than read and written back per event;
         the jobs' last rows to ``sink`` if given."""
-        views._connection().execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        connection = views._connection()
+        connection.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        # A scratch file, dropped if the rebuild fails: its pages go straight into it (no
+        # write-ahead log to copy back at the checkpoint), with no fsync; the rollback
+        # journal stays in memory, so a batch of the catch-up that fails still rolls back.
+        connection.execute("PRAGMA journal_mode = MEMORY")
+        connection.execute("PRAGMA synchronous = OFF")
         with collector_paused(), views.transaction(write=True) as cursor:
             fold = BulkFold(cursor, views._connection())
             for domain_event, position in ledger_events(self.app, 0, self.progress.head):
