@@ -190,7 +190,7 @@ class Rebuilder:
         connection.execute("PRAGMA journal_mode = MEMORY")
         connection.execute("PRAGMA synchronous = OFF")
         with collector_paused(), views.transaction(write=True) as cursor:
-            fold = BulkFold(cursor, views._connection())
+            fold = BulkFold(cursor, connection)
             for domain_event, position in ledger_events(self.app, 0, self.progress.head):
                 fold.apply(domain_event, position)
                 if position % PROGRESS_EVERY == 0:

@@ -363,7 +363,7 @@ class DatasetDetail(DatasetPublic):
     versions: list[DatasetVersion] = Field(description="every version, newest first")
 
 
-# -- secrets (values go in, never out, but to the agent running a job that uses them) --------
+# -- answers ---------------------------------------------------------------------------------
 
 
 def answer(model: BaseModel, status_code: int = 200) -> Response:

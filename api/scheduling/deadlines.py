@@ -52,7 +52,6 @@ def lose_silent_nodes(services: Services, started_at: datetime) -> None:
             attempt(services.jobs.node_lost, UUID(job_id), row["id"], message)
 
 
-
 def end_overdue(services: Services) -> None:
     """Stops no node confirmed in time fail, and jobs past their time limit whose node did not
     end them fail ``time_limit_exceeded``."""
@@ -71,8 +70,8 @@ def end_overdue(services: Services) -> None:
             if now - asked > timedelta(seconds=margin):
                 nodes = ", ".join(p["node"] for p in document.get("placements", [])) or "-"
                 attempt(services.jobs.fail_stop, job_id,
-                          f"no node confirmed the stop within {margin:g} s of the request; "
-                          f"the job's processes may still run on {nodes}")  # fmt: skip
+                        f"no node confirmed the stop within {margin:g} s of the request; "
+                        f"the job's processes may still run on {nodes}")  # fmt: skip
             continue
         limit = document["spec"].get("time_limit_s")
         started = document.get("started_at")
@@ -82,5 +81,5 @@ def end_overdue(services: Services) -> None:
             and now - datetime.fromisoformat(started) > timedelta(seconds=limit + margin)
         ):
             attempt(services.jobs.fail_overdue, job_id,
-                      f"the job ran past its time limit of {human_duration(limit)} and its "
-                      f"node did not end it within {margin:g} s")  # fmt: skip
+                    f"the job ran past its time limit of {human_duration(limit)} and its "
+                    f"node did not end it within {margin:g} s")  # fmt: skip
