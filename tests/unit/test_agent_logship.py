@@ -288,12 +288,17 @@ def shipping_attempts(
 def test_while_the_server_cannot_store_logs_the_shipper_backs_off_up_to_a_cap(
     tmp_path: Path, store: LogStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logship, "FIRST_RETRY", 0.2)
-    monkeypatch.setattr(logship, "LONGEST_RETRY", 0.4)
-    gaps = shipping_attempts(store, tmp_path, 1.9)
-    assert len(gaps) >= 3, gaps
-    assert 0.15 < gaps[0] < 0.35, gaps
-    assert all(0.35 < gap < 0.6 for gap in gaps[1:]), gaps
+    # 0.1, 0.2, 0.4, 0.8, then 0.8 again where doubling on would wait 1.6. The lower bounds
+    # hold however loaded the machine (a wait never ends early); the upper ones leave half a
+    # second or more of slack for a slow request.
+    monkeypatch.setattr(logship, "FIRST_RETRY", 0.1)
+    monkeypatch.setattr(logship, "LONGEST_RETRY", 0.8)
+    gaps = shipping_attempts(store, tmp_path, 3.2)
+    assert len(gaps) >= 5, gaps
+    assert gaps[0] < 0.45, gaps  # it starts short...
+    floors = (0.09, 0.18, 0.36, 0.7, 0.7)
+    assert all(gap >= floor for gap, floor in zip(gaps[:5], floors, strict=True)), gaps
+    assert max(gaps) < 1.3, gaps  # ...and stops doubling at the cap
 
 
 def test_the_shipper_waits_as_long_as_retry_after_asks(
