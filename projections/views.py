@@ -19,6 +19,7 @@ from projections.debug_sessions import (
     DEBUG_SESSION_SCHEMA,
     apply_debug_session_event,
 )
+from projections.documents import dump_json
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS projection_tracking (
@@ -368,9 +369,9 @@ def job_rows(
     the node-side queries: assignments, load, node loss), in their tables' column order."""
     listed = (*(document[column] for column in JOB_LIST_COLUMNS[:-1]), position)
     nodes = [(document["id"], node["index"], node["node_id"], node["node"], document["status"],
-              document["accels"], json.dumps(node["accelerators"]), document["created_at"])
+              document["accels"], dump_json(node["accelerators"]), document["created_at"])
              for node in document.get("placements", [])]  # fmt: skip
-    return listed, (document["id"], json.dumps(document)), nodes
+    return listed, (document["id"], dump_json(document)), nodes
 
 
 def _write(cursor: Cursor, document: dict[str, Any], position: int) -> None:

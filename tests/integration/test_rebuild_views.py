@@ -18,8 +18,9 @@ from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.errors import DomainError
+from projections.bulk import ledger_events
 from projections.rebuild import RETIRED_SCHEMA, SHADOW_SCHEMA
-from projections.views import VIEW_TABLES
+from projections.views import VIEW_TABLES, is_viewed
 from tests.integration import test_time_travel
 from tests.integration.conftest import Lifecycle
 from tests.integration.test_time_travel import Api
@@ -97,6 +98,51 @@ def test_rebuilt_views_equal_the_live_ones(services: Services) -> None:
     assert dump(services) == before
     assert services.projector.position() == head
     assert verify_ledger(services, artifacts="none")["ok"]  # no artifacts were uploaded
+
+
+def test_the_bulk_fold_reads_each_event_as_the_library_does(services: Services) -> None:
+    """The rebuild's own decoding (orjson, each originator's id made once) makes the very
+    events the library's mapper makes, and leaves to the mapper the states orjson would read
+    otherwise: an integer past 64 bits, a NaN, an infinity."""
+    lifecycle = Lifecycle(services.jobs)
+    odd = lifecycle.in_progress("odd")
+    for index, (key, value) in enumerate([("seen", 2**70), ("noise", float("nan")),
+                                          ("spread", float("inf")), ("loss", 0.25)]):
+        services.jobs.record_checkpoint(odd, lifecycle.node_id, {  # a checkpoint keeps extras
+            "id": f"odd-{index}", "name": f"s{index}", key: value})  # fmt: skip
+    lifecycle.report(odd, "exited", exit_code=0)
+    workload(services, jobs=30)
+    app = services.jobs
+    head = app.recorder.max_notification_id()  # type: ignore[attr-defined]
+    stored = {n.id: n for n in app.recorder.select_notifications(1, head)}  # type: ignore[attr-defined]
+    mapped = []
+    to_domain_event = app.mapper.to_domain_event
+
+    def counted(event: Any) -> Any:
+        mapped.append(event.topic)
+        return to_domain_event(event)
+
+    app.mapper.to_domain_event = counted  # type: ignore[method-assign]
+    read = list(ledger_events(app, 0, head))
+    app.mapper.to_domain_event = to_domain_event  # type: ignore[method-assign]
+    assert [position for _, position in read] == sorted(stored)
+    viewed = 0
+    for domain_event, position in read:
+        if domain_event is None:
+            assert not is_viewed(stored[position].topic)
+            continue
+        viewed += 1
+        expected = to_domain_event(stored[position])
+        assert type(domain_event) is type(expected), position
+        assert vars(domain_event) == vars(expected), position
+        assert str(domain_event.originator_id) == str(expected.originator_id)
+    assert viewed > 100
+    # only the odd ones went through the mapper: the big integer, the NaN, the infinity
+    assert mapped == ["domain.job:TrainingJob.CheckpointRecorded"] * 3, mapped
+    before = dump(services)
+    assert services.rebuilder is not None
+    assert services.rebuilder.run().state == "done"
+    assert dump(services) == before
 
 
 def test_readers_never_see_empty_views_and_writes_meanwhile_are_kept(
