@@ -235,11 +235,12 @@ class Rebuilder:
     def _copy_table(self, cursor: Cursor, table: str) -> None:
         """SQLite: the live table made equal to the shadow file's, writing only the rows that
         differ where most are right: the live rows with no equal row in the shadow go, then the
-        shadow's rows with no equal row left in the live table come in (every view table has a
-        primary key: no two rows are equal). Views that were right take no write: no page to
-        the write-ahead log, none for its checkpoint to copy back, and the live views' write
-        lock held that much less. Where most rows differ, all are replaced, as checking each
-        would cost more than it spares."""
+        shadow's rows with no equal row left in the live table come in, unless as many rows
+        are left as the shadow holds (every view table has a primary key: no two rows are
+        equal). Views that were right take one read and no write: no page to the write-ahead
+        log, none for its checkpoint to copy back, and the live views' write lock held that
+        much less. Where most rows differ, all are replaced, as checking each would cost more
+        than it spares."""
         columns = self._sqlite_columns(cursor, table)
         names = ", ".join(columns)
 
@@ -249,16 +250,19 @@ class Rebuilder:
         shadow = f"{SHADOW_ALIAS}.{table}"
         stale = (f"FROM main.{table} AS live WHERE NOT EXISTS (SELECT 1 FROM {shadow} AS new "
                  f"WHERE {equal('new', 'live')})")  # fmt: skip
-        cursor.execute(f"SELECT (SELECT COUNT(*) {stale}) AS stale, "
-                       f"(SELECT COUNT(*) FROM main.{table}) AS total")  # fmt: skip
+        cursor.execute(f"SELECT (SELECT COUNT(*) {stale}) AS stale, (SELECT COUNT(*) FROM "
+                       f"main.{table}) AS live, (SELECT COUNT(*) FROM {shadow}) AS new")
         row = cursor.fetchone()
-        stale_rows, total = (int(row["stale"]), int(row["total"])) if row else (0, 0)
-        if stale_rows * 2 > total:
+        assert row is not None
+        stale_rows, live, new = int(row["stale"]), int(row["live"]), int(row["new"])
+        if stale_rows * 2 > live:
             cursor.execute(f"DELETE FROM main.{table}")
             cursor.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM {shadow}")
             return
         if stale_rows:
             cursor.execute(f"DELETE FROM main.{table} WHERE rowid IN (SELECT live.rowid {stale})")
+        if live - stale_rows == new:  # each row left has its equal in the shadow: all are there
+            return
         cursor.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM {shadow} AS new "
                        f"WHERE NOT EXISTS (SELECT 1 FROM main.{table} AS live "
                        f"WHERE {equal('live', 'new')})")  # fmt: skip
