@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from contextlib import suppress
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +43,10 @@ CACHE_KIB = 256 * 1024
 """SQLite's page cache for the fold's writes into the shadow file (the default 2 MiB spills a
 big transaction's pages to the disk and reads them back)."""
 PROGRESS_EVERY = 1000
+FOLD_PAGE_BYTES = 16 * 1024
+"""The page size of the SQLite file a rebuild folds into, four times SQLite's default: with
+each job's document (2.3 KB) in a 4 KiB page, the fold's inserts split pages all the time (its
+writes at 2,000 jobs: 34 ms, 26 with these pages)."""
 """Events folded between two updates of :attr:`RebuildProgress.position`."""
 
 
@@ -161,7 +166,7 @@ class Rebuilder:
         view code writes both (their tables' columns are TEXT, BIGINT and DOUBLE in both
         dialects)."""
         with tempfile.TemporaryDirectory(prefix="flexai-rebuild-") as scratch:
-            local = SQLiteDatabase(str(Path(scratch) / "views.sqlite3"))
+            local = _fresh_sqlite(Path(scratch) / "views.sqlite3")
             try:
                 Projector(self.app, local, self.live.name)  # the tables
                 position = self._fold_in_bulk(local, self.live.name, shadow_db.copy_rows)
@@ -297,7 +302,7 @@ class Rebuilder:
                 with suppress(Exception):
                     live._connection().execute(f"DETACH DATABASE {SHADOW_ALIAS}")
 
-            return SQLiteDatabase(str(path)), attach, detach
+            return _fresh_sqlite(path), attach, detach
         assert isinstance(self.database, PostgresDatabase)
         with self.database.transaction(write=True) as cursor:
             cursor.execute(f"CREATE SCHEMA IF NOT EXISTS {SHADOW_SCHEMA}")
@@ -314,6 +319,14 @@ class Rebuilder:
         with self.database.transaction(write=True) as cursor:
             cursor.execute(f"DROP SCHEMA IF EXISTS {SHADOW_SCHEMA} CASCADE")
             cursor.execute(f"DROP SCHEMA IF EXISTS {RETIRED_SCHEMA} CASCADE")
+
+
+def _fresh_sqlite(path: Path) -> SQLiteDatabase:
+    """A new SQLite file for a rebuild to fold into, of :data:`FOLD_PAGE_BYTES` pages."""
+    with closing(sqlite3.connect(path)) as made:
+        made.execute(f"PRAGMA page_size = {FOLD_PAGE_BYTES}")
+        made.execute("PRAGMA journal_mode = WAL")  # the file's header written: its page size set
+    return SQLiteDatabase(str(path))
 
 
 def _with_search_path(conninfo: str, schema: str) -> str:
