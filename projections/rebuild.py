@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sqlite3
 import tempfile
 import threading
@@ -32,7 +33,7 @@ from eventsourcing.application import Application
 from projections.bulk import BulkFold, Sink, collector_paused, ledger_events
 from projections.db import Cursor, Database, PostgresDatabase, SQLiteDatabase
 from projections.projector import Projector
-from projections.views import VIEW_TABLES
+from projections.views import SCHEMA, VIEW_TABLES
 
 log = logging.getLogger(__name__)
 SHADOW_SCHEMA = "flexai_rebuild"
@@ -43,6 +44,14 @@ CACHE_KIB = 256 * 1024
 """SQLite's page cache for the fold's writes into the shadow file (the default 2 MiB spills a
 big transaction's pages to the disk and reads them back)."""
 PROGRESS_EVERY = 1000
+LIST_INDEXES = tuple(
+    match[1]
+    for statement in SCHEMA
+    if (match := re.match(r"CREATE INDEX IF NOT EXISTS (job_list_\w+)", statement))
+)
+"""``job_list``'s indexes for the list queries: the SQLite file a rebuild folds into has none
+(no fold reads by them, and its rows go to the live views' tables or PostgreSQL's shadow ones,
+which have them): 8 index entries fewer a job written (2,000 jobs: 198 -> 193 ms)."""
 FOLD_PAGE_BYTES = 16 * 1024
 """The page size of the SQLite file a rebuild folds into, four times SQLite's default: with
 each job's document (2.3 KB) in a 4 KiB page, the fold's inserts split pages all the time (its
@@ -194,6 +203,8 @@ class Rebuilder:
         # journal stays in memory, so a batch of the catch-up that fails still rolls back.
         connection.execute("PRAGMA journal_mode = MEMORY")
         connection.execute("PRAGMA synchronous = OFF")
+        for index in LIST_INDEXES:  # see there
+            connection.execute(f"DROP INDEX IF EXISTS {index}")
         with collector_paused(), views.transaction(write=True) as cursor:
             fold = BulkFold(cursor, connection)
             for domain_event, position in ledger_events(self.app, 0, self.progress.head):
