@@ -22,7 +22,7 @@ from uuid import UUID
 
 import orjson
 from eventsourcing.application import Application
-from eventsourcing.persistence import Mapper, StoredEvent, find_id_convertor
+from eventsourcing.persistence import DatetimeAsISO, Mapper, StoredEvent, find_id_convertor
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import resolve_topic
@@ -63,8 +63,9 @@ class BulkFold:
         self._written: set[str] = set()
         """Jobs whose rows a flush wrote, read back since: their rows are replaced."""
 
-    def apply(self, domain_event: Any | None, position: int) -> None:
-        """Fold one event (None: one the views pass over)."""
+    def apply(self, domain_event: Any | None, position: int, at: str | None = None) -> None:
+        """Fold one event (None: one the views pass over); ``at``: its time as ISO text, if
+        the caller has it."""
         if domain_event is None:
             pass
         elif is_job_event(domain_event):
@@ -72,7 +73,7 @@ class BulkFold:
             document = self._documents.get(job_id)
             if document is None and type(domain_event).__name__ != "Submitted":
                 document = self._read_back(job_id)
-            document = fold_job_event(self.cursor, document, domain_event, position)
+            document = fold_job_event(self.cursor, document, domain_event, position, at)
             if document is not None:
                 self._documents[job_id] = document
                 self._positions[job_id] = position
@@ -134,9 +135,13 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def ledger_events(app: Application[Any], after: int, head: int) -> Iterator[tuple[Any | None, int]]:
-    """The ledger's domain events after position ``after`` up to ``head``, with positions;
-    None for those the views pass over (not decoded: see :func:`projections.views.is_viewed`)."""
+def ledger_events(
+    app: Application[Any], after: int, head: int
+) -> Iterator[tuple[Any | None, int, str | None]]:
+    """The ledger's domain events after position ``after`` up to ``head``, with positions and
+    their times as ISO text where the state held that text (the fold writes it: no
+    ``isoformat`` of the time just read from it, 7% of a rebuild); None, None for the events the
+    views pass over (not decoded: see :func:`projections.views.is_viewed`)."""
     decode = _decoder(app.mapper)
     viewed: dict[str, bool] = {}
     for page in _stored_pages(app.recorder, after, head):
@@ -144,7 +149,11 @@ def ledger_events(app: Application[Any], after: int, head: int) -> Iterator[tupl
             shown = viewed.get(topic)
             if shown is None:
                 shown = viewed[topic] = is_viewed(topic)
-            yield (decode(originator_id, version, topic, state) if shown else None), position
+            if shown:
+                domain_event, at = decode(originator_id, version, topic, state)
+                yield domain_event, position, at
+            else:
+                yield None, position, None
 
 
 KNOWN_ORIGINATORS = 50_000
@@ -172,7 +181,7 @@ found in C (a regular expression took 3 µs a state)."""
 _LONG_NUMBER = b"0" * 19
 
 
-def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], Any]:
+def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], tuple[Any, str | None]]:
     """How a stored event becomes its domain event: as the mapper makes it, faster where the
     state is plain JSON but for the event's time, as nearly all are. The library's decoder
     calls its object hook on every object of a state and makes a UUID of the originator's id
@@ -182,12 +191,13 @@ def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], Any]:
     value is the time at ``timestamp`` (decoded by the mapper's own transcoding), of an event
     class at the version it was stored at. Every other state, and every event of an encrypted
     or compressed ledger, goes through the mapper. ``tests/integration/test_rebuild_views.py``
-    checks that both make the same events."""
+    checks that both make the same events. With each event, the ISO text its time was read
+    from (the library's ``isoformat`` of it), or None."""
 
-    def mapped(originator_id: Any, version: int, topic: str, state: bytes) -> Any:
+    def mapped(originator_id: Any, version: int, topic: str, state: bytes) -> tuple[Any, None]:
         return mapper.to_domain_event(StoredEvent(originator_id=originator_id,
                                                   originator_version=version, topic=topic,
-                                                  state=state))  # fmt: skip
+                                                  state=state)), None  # fmt: skip
 
     transcoder = mapper.transcoder
     names = getattr(transcoder, "names", None)
@@ -199,7 +209,9 @@ def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], Any]:
     (a job's are close together in the ledger): 15% of a rebuild on SQLite made a UUID from
     its text for every event, and the fold its text from the UUID again."""
 
-    def decode(originator_id: Any, version: int, topic: str, state: bytes) -> Any:
+    def decode(
+        originator_id: Any, version: int, topic: str, state: bytes
+    ) -> tuple[Any, str | None]:
         state = bytes(state)
         if state.count(_TYPED) != 1 or _LONG_NUMBER in state.translate(_DIGITS):
             return mapped(originator_id, version, topic, state)
@@ -215,7 +227,8 @@ def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], Any]:
         transcoding = names.get(moment.get("_type_"))
         if transcoding is None or "_data_" not in moment:
             return mapped(originator_id, version, topic, state)
-        event_state["timestamp"] = transcoding.decode(moment["_data_"])
+        text = moment["_data_"]
+        event_state["timestamp"] = transcoding.decode(text)
         originator = originators.get(originator_id)
         if originator is None:
             if len(originators) >= KNOWN_ORIGINATORS:
@@ -228,7 +241,7 @@ def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], Any]:
         event_state["originator_version"] = version
         domain_event = object.__new__(cls)
         object.__setattr__(domain_event, "__dict__", event_state)
-        return domain_event
+        return domain_event, text if type(transcoding) is DatetimeAsISO else None
 
     return decode
 

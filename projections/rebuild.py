@@ -207,8 +207,8 @@ class Rebuilder:
             connection.execute(f"DROP INDEX IF EXISTS {index}")
         with collector_paused(), views.transaction(write=True) as cursor:
             fold = BulkFold(cursor, connection)
-            for domain_event, position in ledger_events(self.app, 0, self.progress.head):
-                fold.apply(domain_event, position)
+            for domain_event, position, at in ledger_events(self.app, 0, self.progress.head):
+                fold.apply(domain_event, position, at)
                 if position % PROGRESS_EVERY == 0:
                     self.progress.position = position
             fold.flush(sink)

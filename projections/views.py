@@ -145,14 +145,16 @@ def _apply_job_event(cursor: Cursor, domain_event: Any, position: int) -> None:
 
 
 def fold_job_event(
-    cursor: Cursor, document: dict[str, Any] | None, domain_event: Any, position: int
+    cursor: Cursor, document: dict[str, Any] | None, domain_event: Any, position: int,
+    at: str | None = None,
 ) -> dict[str, Any] | None:
     """The job's document with one more of its events folded in (None before its
     ``Submitted``); the event's checkpoint or debug session rows are written by ``cursor``.
     The job's own rows are the caller's to write (:func:`job_rows`): once per event here,
-    once per job in a bulk fold (:mod:`projections.bulk`)."""
+    once per job in a bulk fold (:mod:`projections.bulk`). ``at``: the event's time as ISO
+    text, where the caller read it so."""
     name = event_name(domain_event)
-    at = _iso(domain_event.timestamp)
+    at = at or _iso(domain_event.timestamp)
     if name == "Submitted":
         document = _new_document(str(domain_event.originator_id), domain_event, at)
     elif document is None:

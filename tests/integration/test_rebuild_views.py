@@ -149,9 +149,9 @@ def test_the_bulk_fold_reads_each_event_as_the_library_does(services: Services) 
     app.mapper.to_domain_event = counted  # type: ignore[method-assign]
     read = list(ledger_events(app, 0, head))
     app.mapper.to_domain_event = to_domain_event  # type: ignore[method-assign]
-    assert [position for _, position in read] == sorted(stored)
-    viewed = 0
-    for domain_event, position in read:
+    assert [position for _, position, _ in read] == sorted(stored)
+    viewed = timed = 0
+    for domain_event, position, at in read:
         if domain_event is None:
             assert not is_viewed(stored[position].topic)
             continue
@@ -159,10 +159,13 @@ def test_the_bulk_fold_reads_each_event_as_the_library_does(services: Services) 
         expected = to_domain_event(stored[position])
         assert type(domain_event) is type(expected), position
         assert vars(domain_event) == vars(expected), position
+        assert at in (None, expected.timestamp.isoformat()), position
+        timed += at is not None
         assert str(domain_event.originator_id) == str(expected.originator_id)
     assert viewed > 100
     # only the odd ones went through the mapper: the big integer, the NaN, the infinity
     assert mapped == ["domain.job:TrainingJob.CheckpointRecorded"] * 3, mapped
+    assert timed == viewed - 3  # with the text of their time, for the fold to write
     before = dump(services)
     assert services.rebuilder is not None
     assert services.rebuilder.run().state == "done"
