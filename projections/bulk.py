@@ -219,7 +219,9 @@ def _decoder(mapper: Mapper[Any]) -> Callable[[Any, int, str, bytes], tuple[Any,
             event_state = orjson.loads(state)
         except orjson.JSONDecodeError:
             return mapped(originator_id, version, topic, state)
-        moment = event_state.get("timestamp") if type(event_state) is dict else None
+        if type(event_state) is not dict:
+            return mapped(originator_id, version, topic, state)
+        moment = event_state.get("timestamp")
         cls = resolve_topic(topic)
         stored_version = event_state.pop("class_version", 1)
         if type(moment) is not dict or stored_version != getattr(cls, "class_version", 1):
