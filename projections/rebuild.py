@@ -44,6 +44,7 @@ CACHE_KIB = 256 * 1024
 """SQLite's page cache for the fold's writes into the shadow file (the default 2 MiB spills a
 big transaction's pages to the disk and reads them back)."""
 PROGRESS_EVERY = 1000
+"""Events folded between two updates of :attr:`RebuildProgress.position`."""
 LIST_INDEXES = tuple(
     match[1]
     for statement in SCHEMA
@@ -56,7 +57,6 @@ FOLD_PAGE_BYTES = 16 * 1024
 """The page size of the SQLite file a rebuild folds into, four times SQLite's default: with
 each job's document (2.3 KB) in a 4 KiB page, the fold's inserts split pages all the time (its
 writes at 2,000 jobs: 34 ms, 26 with these pages)."""
-"""Events folded between two updates of :attr:`RebuildProgress.position`."""
 
 
 class RebuildRunning(Exception):
