@@ -55,10 +55,7 @@ def seed(settings: Settings, count: int, start: int) -> float:
             print(f"  {start + done:,} jobs", flush=True)
 
     try:
-        seeded = seed_jobs(
-            app, database, count - start, name=lambda index: job_name(start + index),
-            progress=progress,
-        )  # fmt: skip
+        seeded = seed_jobs(app, database, count - start, first=start, progress=progress)
     finally:
         database.close()
         app.close()

@@ -6,7 +6,8 @@ holding the ledger's write lock as the recorders do (SQLite: ``BEGIN IMMEDIATE``
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,11 +26,12 @@ CACHE_KIB = 256 * 1024
 
 
 class Batch:
-    """The rows of one transaction, after ledger position ``after`` and its ``digest``."""
+    """The rows of one transaction, after ledger position ``after`` and its ``digest``, up to
+    position ``last`` and digest ``head``. An event's aggregate id is its 32 hex digits."""
 
     def __init__(self, after: int, digest: str) -> None:
         self.after, self.digest = after, digest
-        self.last = after
+        self.last, self.head = after, digest
         self.events: list[tuple[Any, ...]] = []
         self.chain: list[tuple[Any, ...]] = []
         self.listed: list[tuple[Any, ...]] = []
@@ -104,6 +106,11 @@ class _SQLiteWriter(Writer):
                                           check_same_thread=False)  # fmt: skip
         self.connection.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         self.connection.execute("PRAGMA busy_timeout=30000")
+        # As the views' connections: in WAL mode a commit writes the log without waiting for
+        # the disk, which the checkpoint then syncs (15,100 to 15,800 jobs/s with FULL against
+        # 16,500 to 17,100, 100,000 jobs). A crash of the machine may lose the last batches,
+        # never the file's soundness.
+        self.connection.execute("PRAGMA synchronous=NORMAL")
         self.events, self.chain = events, chain_table(events)
 
     def begin(self) -> tuple[int, str]:
@@ -120,8 +127,7 @@ class _SQLiteWriter(Writer):
     def write(self, batch: Batch) -> None:
         c = self.connection
         c.executemany(f"INSERT INTO {self.events} (originator_id, originator_version, topic, "
-                      "state, rowid) VALUES (?, ?, ?, ?, ?)",
-                      ((row[0].hex, *row[1:]) for row in batch.events))  # fmt: skip
+                      "state, rowid) VALUES (?, ?, ?, ?, ?)", batch.events)  # fmt: skip
         c.executemany(f"INSERT INTO {self.chain} VALUES (?, ?, ?, ?, ?)", batch.chain)
         c.executemany(_insert("job_list", JOB_LIST_COLUMNS), batch.listed)
         c.executemany(_insert("job_details", JOB_DETAILS_COLUMNS), batch.details)
@@ -159,7 +165,7 @@ class _PostgresWriter(Writer):
         _views_behind(tracked[0] if tracked else None, position)
         return position, str(last[0]) if last else GENESIS
 
-    def _copy(self, table: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    def _copy(self, table: Any, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         """``COPY`` in binary: no value is printed here and parsed there (a text ``COPY``
         sends each event's state as hex)."""
         statement = SQL("COPY {0} ({1}) FROM STDIN (FORMAT BINARY)").format(
@@ -183,7 +189,8 @@ class _PostgresWriter(Writer):
 
     def write(self, batch: Batch) -> None:
         self._copy(self.events, ("originator_id", "originator_version", "topic", "state",
-                                 "notification_id"), batch.events)  # fmt: skip
+                                 "notification_id"),
+                   ((uuid.UUID(row[0]), *row[1:]) for row in batch.events))  # fmt: skip
         self._copy(self.chain, ("notification_id", "originator_id", "originator_version",
                                 "event_hash", "ledger_digest"), batch.chain)  # fmt: skip
         self._copy(SQL("job_list"), JOB_LIST_COLUMNS, batch.listed)

@@ -10,6 +10,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+from pydantic import SecretStr
 
 from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
@@ -19,6 +20,7 @@ from domain.errors import DomainError, NameTaken
 from projections import bulk
 from projections.seed import job_name, seed_jobs
 from tests.integration.conftest import job_spec
+from tests.integration.test_ledger_format import new_key, open_services, raw_states
 from tests.integration.test_rebuild_views import dump, workload
 
 JOBS = 2000
@@ -71,7 +73,7 @@ def test_commands_go_on_from_a_seeded_ledger(services: Services) -> None:
     assert shown is not None and shown["status"] == "rejected"
     assert [entry["event"] for entry in shown["history"]] == ["Submitted", "SchedulingStarted",
                                                               "Rejected"]  # fmt: skip
-    seed_jobs(services.jobs, services.database, 5, name=lambda index: f"more-{index}")
+    seed_jobs(services.jobs, services.database, 5, names="more-{}")
     report = verify_ledger(services, artifacts="none")
     assert report["ok"], report
     assert report["jobs"] == 36
@@ -94,3 +96,26 @@ def test_a_rebuild_holding_few_jobs_in_memory_gives_the_same_views(
     progress = services.rebuilder.run()
     assert progress.state == "done", progress.error
     assert dump(services) == before
+
+
+def test_an_encrypted_compressed_ledger_is_seeded_as_its_commands_write(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Its batches are made beside the writer (the cipher stays in the process): the events
+    are stored encrypted, and `admin verify` and a rebuild read them as the commands' own."""
+    services = open_services(tmp_path, database_url, ledger_key=SecretStr(new_key()),
+                             compress_events=True)  # fmt: skip
+    try:
+        seed_jobs(services.jobs, services.database, 300, batch_size=120)
+        assert not any(job_name(7).encode() in state for state in raw_states(database_url))
+        shown = services.queries.job_by_name("admin", job_name(7))
+        assert shown is not None and shown["status"] == "rejected"
+        seeded_views = dump(services)
+        report = verify_ledger(services, artifacts="none")
+        assert report["ok"] and report["jobs"] == 300, report
+        assert services.rebuilder is not None
+        progress = services.rebuilder.run()
+        assert progress.state == "done", progress.error
+        assert dump(services) == seeded_views
+    finally:
+        services.close()
