@@ -53,7 +53,7 @@ from domain.job import TrainingJob  # noqa: E402
 from domain.job_name import JobName  # noqa: E402
 from projections.db import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
-from projections.seed import SPEC  # noqa: E402
+from projections.seed_shapes import SPEC  # noqa: E402
 
 OWNER = "admin"
 """The admin token's user: the server's first token lists these jobs."""

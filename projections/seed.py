@@ -1,15 +1,10 @@
 """A bulk seeder: many ended jobs written straight into the ledger, its hash chain and the
 views, thousands of jobs a second (``bench/million.py``, and tests of big stores).
 
-What it writes is what the commands write. Each job is one of two shapes, both made once by the
-domain's own commands on real aggregates: ``TrainingJob.submit`` with its ``JobName`` claim,
-``begin_scheduling``, then ``reject`` (``stopped`` jobs, every ``stop_every``-th one:
-``request_stop`` and ``confirm_stopped``). The application's mapper turns those events into
-stored events and the views' own fold (:func:`projections.views.fold_job_event`) turns them into
-view rows. Those are the templates: from one job to the next only its id, its name and its
-moments differ, and they are put into the templates' text. The first job of each shape is then
-checked against the real thing: its stored events decoded by the mapper and encoded again give
-the very same bytes, and folded by the views give the very same rows.
+What it writes is what the commands write: each job is filled in from one of two templates
+that the domain's own commands, the application's mapper and the views' own fold made
+(:mod:`projections.seed_shapes`), and the first job of each shape is checked against the real
+thing before anything is written.
 
 Rows go in big batches, one transaction each (PostgreSQL: ``COPY``; SQLite: ``executemany``;
 see :mod:`projections.seed_writes`), holding the ledger's write lock as the recorders do: the
@@ -27,48 +22,33 @@ import gc
 import hashlib
 import multiprocessing
 import random
-import re
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import Mapper, StoredEvent
 
-from domain.actors import scheduler, user
 from domain.ids import time_ordered_id
-from domain.job import TrainingJob
 from domain.job_name import JobName
 from projections.chain import _DOMAIN as _CHAIN_DOMAIN
-from projections.chain import GENESIS, event_hash, ledger_digest
+from projections.chain import ledger_digest
 from projections.db import Database, SQLiteDatabase
 from projections.projector import Projector
+from projections.seed_shapes import Shape, check_job, make_shape
 from projections.seed_writes import VIEWS, Batch, open_writer
-from projections.views import fold_job_event, job_rows
 
-SPEC: dict[str, Any] = {
-    "repository_url": "https://github.com/example/spiral-classifier.git",
-    "entry_point": ["train.py", "--epochs", "10"],
-    "accels": 1,
-    "nodes": 1,
-    "env": {"LEARNING_RATE": "0.01"},
-}
 BATCH = 10_000
 """Jobs per transaction."""
 WRITER_SWITCH_S = 0.001
 """The interpreter's switch interval while seeding (see ``_switching_often``)."""
 STEP = timedelta(microseconds=10)
 """Between two jobs' submissions; a job's events share its moment."""
-_NAME = "seedjobnamezq"
-"""The template's name, put in place of each job's."""
-_SEPARATOR = "\x00"
-"""Between a template's texts: JSON never holds it raw."""
 _ID_LENGTH = (32).to_bytes(8, "big")
 """An aggregate id's length in the chain's hashes (32 hex digits)."""
 _NO_HASH = (0).to_bytes(8, "big")
@@ -92,90 +72,6 @@ class Seeded:
     first_position: int
     last_position: int
     seconds: float
-
-
-# -- the templates ---------------------------------------------------------------------------
-
-
-class _Text:
-    """A text with slots: every occurrence of each token found in it, filled per job."""
-
-    def __init__(self, text: str, tokens: dict[str, str]) -> None:
-        longest_first = sorted(tokens.values(), key=len, reverse=True)
-        pattern = re.compile("|".join(re.escape(token) for token in longest_first))
-        slots = {token: slot for slot, token in tokens.items()}
-        escaped = text.replace("{", "{{").replace("}", "}}")
-        self.format = pattern.sub(lambda found: "{" + slots[found.group(0)] + "}", escaped)
-
-    def fill(self, values: dict[str, str]) -> list[str]:
-        """The texts joined in the template (``_SEPARATOR``), filled."""
-        return self.format.format_map(values).split(_SEPARATOR)
-
-
-@dataclass
-class _Shape:
-    """One shape of job: its stored events and view rows, as templates."""
-
-    events: list[tuple[str, int, str]]
-    """``(whose: "job" or "claim", version, topic)`` in ledger order."""
-    listed: list[Any]
-    """``job_list``'s row (its position aside); the values at ``varying`` are filled."""
-    varying: list[int]
-    text: _Text
-    """Each event's state, ``varying``'s values of ``job_list``'s row and ``job_details``'
-    document, in one text (one ``format_map`` a job)."""
-    last_job_event: int
-    """Index in ``events`` of the job's last event (``job_list.position``)."""
-    steps: list[tuple[int, int, str, bytes]] = field(default_factory=list)
-    """Each event's ``(whose: 0 the job, 1 the claim, version, topic, the version and topic as
-    its chain hash takes them)``."""
-
-    def __post_init__(self) -> None:
-        for whose, version, topic in self.events:
-            parts = (str(version).encode(), topic.encode())
-            hashed = b"".join(_length(part) + part for part in parts)
-            self.steps.append((int(whose == "claim"), version, topic, hashed))
-
-
-def _shape(app: Application[Any], owner: str, stopped: bool) -> _Shape:
-    job = TrainingJob.submit(owner=owner, name=_NAME, spec=SPEC, by=user(owner))
-    claim = JobName(owner=owner, name=_NAME, job_id=job.id)
-    job.begin_scheduling(by=scheduler())
-    if stopped:
-        job.request_stop(by=user(owner))
-        job.confirm_stopped(by=scheduler())
-    else:
-        job.reject(code="no_fit", message="no node has enough accelerators", by=scheduler())
-    job_events = job.collect_events()
-    domain_events = [job_events[0], *claim.collect_events(), *job_events[1:]]
-    tokens = {"name": _NAME, "job": str(job.id), "job_hex": job.id.hex}
-    tokens |= {f"t{k}": event.timestamp.isoformat() for k, event in enumerate(domain_events)}
-    plain: Mapper[Any] = Mapper(transcoder=app.mapper.transcoder)
-    events, texts = [], []
-    document = None
-    scratch = SQLiteDatabase(":memory:")
-    with scratch.transaction() as cursor:
-        for position, event in enumerate(domain_events, start=1):
-            stored = plain.to_stored_event(event)
-            whose = "job" if event.originator_id == job.id else "claim"
-            events.append((whose, stored.originator_version, stored.topic))
-            texts.append(bytes(stored.state).decode())
-            if whose == "job":
-                document = fold_job_event(cursor, document, event, position)
-                last = position - 1
-    scratch.close()
-    assert document is not None
-    listed, details, nodes = job_rows(document, last + 1)
-    assert not nodes, "seeded jobs hold no node"
-    varying = [
-        index
-        for index, value in enumerate(listed[:-1])
-        if isinstance(value, str) and any(token in value for token in tokens.values())
-    ]
-    texts += [listed[index] for index in varying]
-    assert not any(_SEPARATOR in text for text in [*texts, details[1]])
-    text = _Text(_SEPARATOR.join([*texts, details[1]]), tokens)
-    return _Shape(events, list(listed[:-1]), varying, text, last)
 
 
 @dataclass
@@ -203,7 +99,7 @@ def _job(owner: str, name: str, moment: datetime, events: int, draw: random.Rand
 class _Plan:
     """What making any batch of the jobs takes (sent to the process that makes them)."""
 
-    shapes: tuple[_Shape, _Shape]
+    shapes: tuple[Shape, Shape]
     """Rejected jobs' and stopped jobs'."""
     owner: str
     names: str
@@ -213,8 +109,11 @@ class _Plan:
     stop_every: int
     compressor: Any
     cipher: Any
+    uuids: bool
+    """The events' aggregate ids as UUIDs (PostgreSQL's ``COPY`` takes them), else as their hex
+    digits (SQLite's column holds them; they also cross to another process faster)."""
 
-    def shape(self, index: int) -> _Shape:
+    def shape(self, index: int) -> Shape:
         return self.shapes[index % self.stop_every == 0]
 
 
@@ -248,61 +147,16 @@ def _encode(plan: _Plan, text: str) -> bytes:
     return state
 
 
-def _decode(app: Application[Any], state: bytes) -> bytes:
-    if app.mapper.cipher:
-        state = app.mapper.cipher.decrypt(state)
-    if app.mapper.compressor:
-        state = app.mapper.compressor.decompress(state)
-    return state
-
-
-def _require(holds: bool, what: str) -> None:
-    if not holds:
-        raise RuntimeError(f"the seeder's templates are wrong: {what}")
-
-
 def _check_first(app: Application[Any], plan: _Plan, batch: Batch) -> None:
     """The first job of each shape (jobs 0 and 1, before anything is written)."""
     first = 0
     for index in range(min(2, len(batch.listed))):
         shape = plan.shape(index)
-        _check(app, shape, batch, first, index)
+        check_job(app, shape, batch, first, index)
         first += len(shape.events)
 
 
-def _check(app: Application[Any], shape: _Shape, batch: Batch, first: int, nth: int) -> None:
-    """The batch's job ``nth``, its events from ``first`` on: its stored events are the
-    mapper's own bytes; its rows are the views' own; its events' hashes are the chain's."""
-    plain: Mapper[Any] = Mapper(transcoder=app.mapper.transcoder)
-    document = None
-    rows = batch.events[first : first + len(shape.events)]
-    scratch = SQLiteDatabase(":memory:")
-    with scratch.transaction() as cursor:
-        for (whose, _, _), row in zip(shape.events, rows, strict=True):
-            stored = StoredEvent(uuid.UUID(row[0]), row[1], row[2], row[3])
-            domain_event = app.mapper.to_domain_event(stored)
-            again = bytes(plain.to_stored_event(domain_event).state)
-            _require(again == _decode(app, row[3]), f"{row[2]}: the mapper writes {again!r}")
-            if whose == "job":
-                document = fold_job_event(cursor, document, domain_event, row[4])
-                position = row[4]
-    scratch.close()
-    assert document is not None
-    listed, details, _ = job_rows(document, position)
-    made = (batch.listed[nth], batch.details[nth])
-    _require((listed, details) == made, "the views fold otherwise")
-    previous: dict[str, str] = {}
-    for row, chained in zip(rows, batch.chain[first : first + len(rows)], strict=True):
-        hashed = event_hash(previous.get(row[0], GENESIS), row[0], row[1], row[2], row[3])
-        _require(hashed == chained[3], "the chain hashes otherwise")
-        previous[row[0]] = hashed
-
-
-def _length(part: bytes) -> bytes:
-    return len(part).to_bytes(8, "big")
-
-
-def _add(plan: _Plan, batch: Batch, shape: _Shape, job: _Job, position: int,
+def _add(plan: _Plan, batch: Batch, shape: Shape, job: _Job, position: int,
          digest: str) -> str:  # fmt: skip
     """The job's events from ``position`` on; the ledger's digest after them. Each event's hash
     is :func:`projections.chain.event_hash`'s, its parts joined for one call to SHA-256, those
@@ -310,18 +164,20 @@ def _add(plan: _Plan, batch: Batch, shape: _Shape, job: _Job, position: int,
     values = job.values
     texts = shape.text.fill(values)
     hexes = (values["job_hex"], job.claim_id.hex)
+    ids = (job.job_id, job.claim_id) if plan.uuids else hexes
     keys = (_ID_LENGTH + hexes[0].encode(), _ID_LENGTH + hexes[1].encode())
     previous = [_NO_HASH, _NO_HASH]  # each one's last hash, as the next hash takes it
     transformed = plan.compressor or plan.cipher
     sha256, add_event, add_chained = hashlib.sha256, batch.events.append, batch.chain.append
     at = position
+    # ``texts`` begins with the events' states (then the rows' texts)
     for (whose, version, topic, parts), text in zip(shape.steps, texts, strict=False):
         state = _encode(plan, text) if transformed else text.encode()
         hashed = sha256(b"".join((_CHAIN_DOMAIN, previous[whose], keys[whose], parts,
                                   len(state).to_bytes(8, "big"), state))).hexdigest()  # fmt: skip
         previous[whose] = _HASH_LENGTH + hashed.encode()
         digest = ledger_digest(digest, at, hashed)
-        add_event((hexes[whose], version, topic, state, at))
+        add_event((ids[whose], version, topic, state, at))
         add_chained((at, hexes[whose], version, hashed, digest))
         at += 1
     listed = list(shape.listed)
@@ -393,9 +249,10 @@ def seed_jobs(
     with _maker(processes) as maker:
         maker.submit(_ready)  # the process starts meanwhile
         Projector(app, database, VIEWS).catch_up()
-        shapes = (_shape(app, owner, False), _shape(app, owner, True))
+        shapes = (make_shape(app, owner, False), make_shape(app, owner, True))
         moment = datetime.now(UTC) - STEP * count
-        plan = _Plan(shapes, owner, names, first, moment, stop_every, compressor, cipher)
+        plan = _Plan(shapes, owner, names, first, moment, stop_every, compressor, cipher,
+                     not isinstance(database, SQLiteDatabase))  # fmt: skip
         draw = random.Random(uuid.uuid4().int)
         with _switching_often(), open_writer(app, database) as writer:
             position, digest = head = writer.peek()

@@ -6,8 +6,7 @@ holding the ledger's write lock as the recorders do (SQLite: ``BEGIN IMMEDIATE``
 from __future__ import annotations
 
 import sqlite3
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,7 +26,8 @@ CACHE_KIB = 256 * 1024
 
 class Batch:
     """The rows of one transaction, after ledger position ``after`` and its ``digest``, up to
-    position ``last`` and digest ``head``. An event's aggregate id is its 32 hex digits."""
+    position ``last`` and digest ``head``. An event's aggregate id is a UUID (PostgreSQL) or its
+    32 hex digits (SQLite)."""
 
     def __init__(self, after: int, digest: str) -> None:
         self.after, self.digest = after, digest
@@ -165,7 +165,7 @@ class _PostgresWriter(Writer):
         _views_behind(tracked[0] if tracked else None, position)
         return position, str(last[0]) if last else GENESIS
 
-    def _copy(self, table: Any, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    def _copy(self, table: Any, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         """``COPY`` in binary: no value is printed here and parsed there (a text ``COPY``
         sends each event's state as hex)."""
         statement = SQL("COPY {0} ({1}) FROM STDIN (FORMAT BINARY)").format(
@@ -189,8 +189,7 @@ class _PostgresWriter(Writer):
 
     def write(self, batch: Batch) -> None:
         self._copy(self.events, ("originator_id", "originator_version", "topic", "state",
-                                 "notification_id"),
-                   ((uuid.UUID(row[0]), *row[1:]) for row in batch.events))  # fmt: skip
+                                 "notification_id"), batch.events)  # fmt: skip
         self._copy(self.chain, ("notification_id", "originator_id", "originator_version",
                                 "event_hash", "ledger_digest"), batch.chain)  # fmt: skip
         self._copy(SQL("job_list"), JOB_LIST_COLUMNS, batch.listed)
