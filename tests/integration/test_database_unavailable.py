@@ -27,14 +27,16 @@ from api.settings import Settings
 from domain.actors import user
 from domain.application import TrainingJobs
 from domain.errors import NameTaken
-from projections.db import open_database
+from projections.db import DEFAULT_WAIT_S, open_database
 from projections.pool import RETRY_MAX_S, DatabaseUnavailable
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers
 from tests.tcp_proxy import Outage, TcpProxy, tcp_proxy
 
-DUE_S = 2.0  # the 503 is due within this; generous for a noisy machine, the wait is 1.5 s
+DUE_S = DEFAULT_WAIT_S + 1.0
+"""The 503 is due after one wait for a connection (1.5 s, where ten retries would take 15 s),
+with a second of slack for a loaded machine (a full suite once answered after 2.07 s)."""
 RECOVERY_S = 8.0
 AGENT_ID = "agent-outage-0123456789"
 
@@ -134,7 +136,7 @@ def assert_unavailable_in_time(response: Any, elapsed: float) -> None:
 
 
 @pytest.mark.parametrize("outage", ["refuse", "blackhole"])
-def test_with_postgres_away_reads_writes_and_heartbeats_are_503_within_2_s_then_recover_alone(
+def test_with_postgres_away_reads_writes_and_heartbeats_are_503_after_one_wait_then_recover(
     start: Callable[..., Server], direct_url: str, outage: Outage
 ) -> None:
     server = start()
@@ -164,7 +166,7 @@ def test_with_postgres_away_reads_writes_and_heartbeats_are_503_within_2_s_then_
     assert listed() == {"before", "elsewhere", "after"}
 
 
-def test_a_write_whose_ledger_is_away_is_503_within_2_s_not_ten_retries(
+def test_a_write_whose_ledger_is_away_is_503_after_one_wait_not_ten_retries(
     start: Callable[..., Server],
 ) -> None:
     server = start(ledger_only=True)
