@@ -26,7 +26,8 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -222,6 +223,17 @@ def _maker(processes: bool) -> Iterator[Executor]:
         yield executor
 
 
+def _made(making: Future[Batch]) -> Batch:
+    try:
+        return making.result()
+    except BrokenProcessPool as error:
+        raise RuntimeError(
+            "the process that makes the seeder's batches ended without one (its own error, if "
+            "any, is above); a script that seeds must start under "
+            "`if __name__ == \"__main__\":`, since that process imports it"
+        ) from error
+
+
 def seed_jobs(
     app: Application[Any],
     database: Database,
@@ -260,7 +272,7 @@ def seed_jobs(
                 if start == 0:
                     making = maker.submit(_make, plan, 0, min(count, batch_size), position,
                                           digest, draw.getrandbits(64))  # fmt: skip
-                batch = making.result()
+                batch = _made(making)
                 if start == 0:
                     _check_first(app, plan, batch)
                 position, digest, end = batch.last, batch.head, start + batch_size

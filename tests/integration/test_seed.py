@@ -5,6 +5,9 @@ gives again; commands go on from it as from any ledger."""
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
@@ -119,3 +122,41 @@ def test_an_encrypted_compressed_ledger_is_seeded_as_its_commands_write(
         assert dump(services) == seeded_views
     finally:
         services.close()
+
+
+SEEDING = """
+import sys
+from api.settings import Settings
+from domain.application import TrainingJobs
+from projections.db import open_database
+from projections.seed import seed_jobs
+
+def seed():
+    settings = Settings(data_dir=sys.argv[1])
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app = TrainingJobs(env=settings.event_store_env())
+    print("seeded", seed_jobs(app, open_database(settings.resolved_database_url), 30,
+                              batch_size=10).jobs)
+"""
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_script_that_seeds_sqlite_past_a_batch_must_start_under_a_main_guard(
+    tmp_path: Path, guarded: bool
+) -> None:
+    """Past one batch on SQLite the batches are made in a spawned process, which imports the
+    script: unguarded, the script is told what to do, not only that a process broke."""
+    start = 'if __name__ == "__main__":\n    seed()\n' if guarded else "seed()\n"
+    script = tmp_path / "seeding.py"
+    script.write_text(SEEDING + start)
+    root = Path(__file__).resolve().parents[2]
+    ran = subprocess.run([sys.executable, str(script), str(tmp_path / "data")], cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    if guarded:
+        assert ran.returncode == 0 and "seeded 30" in ran.stdout, ran.stderr
+    else:
+        assert ran.returncode != 0
+        told = ("RuntimeError: the process that makes the seeder's batches ended without one",
+                "a script that seeds must start under `if __name__ == \"__main__\":`")
+        assert all(part in ran.stderr for part in told), ran.stderr
