@@ -161,7 +161,7 @@ def _add(plan: _Plan, batch: Batch, shape: Shape, job: _Job, position: int,
          digest: str) -> str:  # fmt: skip
     """The job's events from ``position`` on; the ledger's digest after them. Each event's hash
     is :func:`projections.chain.event_hash`'s, its parts joined for one call to SHA-256, those
-    that are the same for every job (version, topic) joined once (``_check`` compares)."""
+    that are the same for every job (version, topic) joined once (``check_job`` compares)."""
     values = job.values
     texts = shape.text.fill(values)
     hexes = (values["job_hex"], job.claim_id.hex)
@@ -256,29 +256,32 @@ def seed_jobs(
     it."""
     began = time.perf_counter()
     compressor, cipher = app.mapper.compressor, app.mapper.cipher
-    processes = isinstance(database, SQLiteDatabase) and count > batch_size \
-        and not (compressor or cipher)  # fmt: skip
+    in_sqlite = isinstance(database, SQLiteDatabase)
+    processes = in_sqlite and count > batch_size and not (compressor or cipher)
     with _maker(processes) as maker:
         maker.submit(_ready)  # the process starts meanwhile
         Projector(app, database, VIEWS).catch_up()
         shapes = (make_shape(app, owner, False), make_shape(app, owner, True))
         moment = datetime.now(UTC) - STEP * count
         plan = _Plan(shapes, owner, names, first, moment, stop_every, compressor, cipher,
-                     not isinstance(database, SQLiteDatabase))  # fmt: skip
+                     not in_sqlite)  # fmt: skip
         draw = random.Random(uuid.uuid4().int)
+
+        def make(start: int, after: int, digest: str) -> Future[Batch]:
+            """Jobs ``start`` on, a batch of them, after position ``after`` and ``digest``."""
+            return maker.submit(_make, plan, start, min(count, start + batch_size), after,
+                                digest, draw.getrandbits(64))  # fmt: skip
+
         with _switching_often(), open_writer(app, database) as writer:
             position, digest = head = writer.peek()
+            making = make(0, position, digest)
             for start in range(0, count, batch_size):
-                if start == 0:
-                    making = maker.submit(_make, plan, 0, min(count, batch_size), position,
-                                          digest, draw.getrandbits(64))  # fmt: skip
                 batch = _made(making)
                 if start == 0:
                     _check_first(app, plan, batch)
                 position, digest, end = batch.last, batch.head, start + batch_size
                 if end < count:  # made while this one is written
-                    making = maker.submit(_make, plan, end, min(count, end + batch_size),
-                                          position, digest, draw.getrandbits(64))  # fmt: skip
+                    making = make(end, position, digest)
                 writer.append(batch)
                 if progress is not None:
                     progress(min(count, end))

@@ -43,7 +43,7 @@ SEPARATOR = "\x00"
 """Between a template's texts: JSON never holds it raw."""
 
 
-def length_prefix(part: bytes) -> bytes:
+def _length_prefix(part: bytes) -> bytes:
     return len(part).to_bytes(8, "big")
 
 
@@ -83,7 +83,7 @@ class Shape:
     def __post_init__(self) -> None:
         for whose, version, topic in self.events:
             parts = (str(version).encode(), topic.encode())
-            hashed = b"".join(length_prefix(part) + part for part in parts)
+            hashed = b"".join(_length_prefix(part) + part for part in parts)
             self.steps.append((int(whose == "claim"), version, topic, hashed))
 
 
