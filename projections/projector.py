@@ -191,14 +191,19 @@ class Projector:
         row = cursor.fetchone()
         return int(row["position"]) if row else 0
 
-    def catch_up(self) -> int:
+    def catch_up(self, until: int | None = None) -> int:
         """Apply every event recorded after the tracked position; return the new position.
+        With ``until``, return at once (the position known here) if, by the time this call
+        holds the lock, another call applied or heard of the event at ``until``: the
+        submissions that one group commit saved wait for the same catch-up.
 
         Raises :class:`ProjectionHalted` once an event could not be applied.
         """
         with self._lock:
             if self.halted is not None:
                 raise ProjectionHalted(self.halted)
+            if until is not None and until <= self._known:
+                return self._known
             position = self.position()
             self._hear_until(position)  # what other replicas applied to the shared views
             while True:
@@ -330,7 +335,7 @@ class Projector:
         if position is None or (position <= self._known and self.halted is None):
             return
         deadline = time.monotonic() + timeout
-        while self.catch_up() < position:
+        while self.catch_up(until=position) < position:
             if time.monotonic() > deadline:
                 raise ProjectionTimeout(f"views did not reach ledger position {position}")
             time.sleep(0.01)

@@ -65,6 +65,26 @@ def test_a_wait_for_what_the_views_hold_asks_the_database_nothing(
     assert [type(event).__name__ for event in heard][-1] == "SchedulingStarted"
 
 
+def test_a_catch_up_until_what_another_applied_meanwhile_asks_the_database_nothing(
+    lifecycle: Lifecycle, database: Database
+) -> None:
+    """The waits of one group commit's submissions queue for the same catch-up: the first one
+    applies the group, and the others, once they hold the lock, find their positions known."""
+    counting = Counting(database)
+    projector = Projector(lifecycle.app, counting)
+    projector.catch_up()
+    first = lifecycle.app.submit("alice", "resnet-50", job_spec(), by=user("alice"))
+    second = lifecycle.app.submit("alice", "resnet-51", job_spec(), by=user("alice"))
+    assert first.position is not None and second.position is not None
+    assert projector.catch_up(until=first.position) == second.position  # applied both
+    asked = counting.transactions
+    assert projector.catch_up(until=first.position) == second.position
+    assert projector.catch_up(until=second.position) == second.position
+    assert counting.transactions == asked
+    projector.catch_up()  # without a position: it looks at the ledger
+    assert counting.transactions > asked
+
+
 def test_a_read_that_fails_leaves_its_connection_fit_and_a_failed_write_leaves_nothing(
     database: Database,
 ) -> None:
