@@ -11,6 +11,7 @@ connection came within the wait, and recover by themselves once the server answe
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -72,22 +73,61 @@ class _Cursor:
         return [dict(row) for row in self._cursor.fetchall()]
 
 
+SQLITE_BUSY_S = 30
+"""How long a writer waits for an SQLite file's write lock (its ``busy_timeout``)."""
+
+
+class SQLiteWriteLock:
+    """The lock that this process's writers to one SQLite file (the views' and the ledger's)
+    hold around each write transaction. They queue on it, and the next one goes the moment the
+    last one commits, where SQLite's own wait for its write lock (the busy timeout) sleeps 1 to
+    100 ms between tries: under 8 clients' submissions, half the views' write transactions
+    slept over 1 ms that way, up to 18 ms (p99), while every request that waited to read its
+    own write waited too. Other processes on the file still meet the busy timeout; a writer
+    that waits here longer than it fails as SQLite's wait would."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(timeout=SQLITE_BUSY_S):
+            raise sqlite3.OperationalError(
+                f"database is locked: another writer of this process held it {SQLITE_BUSY_S} s"
+            )
+
+    def __exit__(self, *_: object) -> None:
+        self._lock.release()
+
+
+_WRITE_LOCKS: dict[str, SQLiteWriteLock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+
+
+def sqlite_write_lock(path: str) -> SQLiteWriteLock:
+    """The write lock of the SQLite file at ``path`` in this process."""
+    key = path if path.startswith((":", "file:")) else os.path.realpath(path)
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, SQLiteWriteLock())
+
+
 class SQLiteDatabase:
-    """One connection per thread; writers take the lock up front (BEGIN IMMEDIATE)."""
+    """One connection per thread; writers take the lock up front (BEGIN IMMEDIATE), after this
+    process's other writers to the file (:func:`sqlite_write_lock`)."""
 
     dialect = "sqlite"
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._local = threading.local()
+        self._write_lock = sqlite_write_lock(path)
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=SQLITE_BUSY_S, isolation_level=None)
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA busy_timeout=30000")
+            connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
             # The views are rebuilt from the ledger, and their tracking position commits with
             # them: a commit need not wait for the disk (the ledger's own commits still do).
             connection.execute("PRAGMA synchronous=NORMAL")
@@ -96,8 +136,17 @@ class SQLiteDatabase:
 
     @contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[Cursor]:
+        if not write:
+            with self._transaction("BEGIN") as cursor:
+                yield cursor
+            return
+        with self._write_lock, self._transaction("BEGIN IMMEDIATE") as cursor:
+            yield cursor
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[Cursor]:
         connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        connection.execute(begin)
         try:
             yield _Cursor(connection.cursor())
         except BaseException:

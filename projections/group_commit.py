@@ -32,6 +32,8 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder
 from psycopg.sql import SQL, Identifier
 
+from projections.db import sqlite_write_lock
+
 INSERT_ATTEMPTS = 10
 """Tries of a PostgreSQL save whose connection broke (eventsourcing's recorders try ten)."""
 INSERT_RETRY_S = 0.2
@@ -148,6 +150,8 @@ class SQLiteGroupCommit:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.group_commit = GroupCommit(self._group_transaction)
+        self._write_lock = sqlite_write_lock(self.datastore.pool.db_name)
+        """Shared with this process's views on the file: writers queue there, not in SQLite."""
 
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
@@ -158,7 +162,7 @@ class SQLiteGroupCommit:
 
     @contextmanager
     def _group_transaction(self) -> Iterator[tuple[Savepoint, WriteOne]]:
-        with self.datastore.transaction(commit=True) as cursor:
+        with self._write_lock, self.datastore.transaction(commit=True) as cursor:
 
             def write_one(events: Sequence[StoredEvent], kwargs: dict[str, Any]) -> Any:
                 return self._insert_events(cursor, events, **kwargs)
