@@ -104,8 +104,12 @@ _WRITE_LOCKS_GUARD = threading.Lock()
 
 
 def sqlite_write_lock(path: str) -> SQLiteWriteLock:
-    """The write lock of the SQLite file at ``path`` in this process."""
-    key = path if path.startswith((":", "file:")) else os.path.realpath(path)
+    """The write lock of the SQLite file at ``path`` in this process. A private database
+    (``:memory:``, or ``""`` for a temporary file) is no file that two connections share: each
+    asker gets a lock of its own."""
+    if path in ("", ":memory:"):
+        return SQLiteWriteLock()
+    key = path if path.startswith("file:") else os.path.realpath(path)
     with _WRITE_LOCKS_GUARD:
         return _WRITE_LOCKS.setdefault(key, SQLiteWriteLock())
 

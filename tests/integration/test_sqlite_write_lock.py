@@ -34,6 +34,7 @@ def test_one_file_has_one_write_lock_however_its_path_is_spelled(
     assert sqlite_write_lock("flexai.sqlite3") is lock
     assert sqlite_write_lock(str(tmp_path / "elsewhere" / "flexai.sqlite3")) is lock
     assert sqlite_write_lock(str(tmp_path / "other.sqlite3")) is not lock
+    assert sqlite_write_lock(":memory:") is not sqlite_write_lock(":memory:")  # private ones
 
 
 def _waits_for_the_lock(thread: threading.Thread) -> bool:
