@@ -82,8 +82,8 @@ class SQLiteWriteLock:
     hold around each write transaction. They queue on it, and the next one goes the moment the
     last one commits, where SQLite's own wait for its write lock (the busy timeout) sleeps 1 to
     100 ms between tries: under 8 clients' submissions, half the views' write transactions
-    slept over 1 ms that way, up to 18 ms (p99), while every request that waited to read its
-    own write waited too. Other processes on the file still meet the busy timeout; a writer
+    waited over 1 ms for it (p99 18 ms), while every request that waited to read its own
+    write waited too. Other processes on the file still meet the busy timeout; a writer
     that waits here longer than it fails as SQLite's wait would."""
 
     def __init__(self) -> None:
