@@ -128,10 +128,10 @@ class SQLiteDatabase:
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(self.path, timeout=SQLITE_BUSY_S, isolation_level=None)
+            connection = sqlite3.connect(self.path, timeout=SQLITE_BUSY_S,  # its busy timeout
+                                         isolation_level=None)  # fmt: skip
             connection.row_factory = sqlite3.Row
             connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
             # The views are rebuilt from the ledger, and their tracking position commits with
             # them: a commit need not wait for the disk (the ledger's own commits still do).
             connection.execute("PRAGMA synchronous=NORMAL")

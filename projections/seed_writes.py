@@ -15,7 +15,7 @@ from eventsourcing.application import Application
 from psycopg.sql import SQL, Identifier
 
 from projections.chain import GENESIS, chain_table
-from projections.db import Database, PostgresDatabase, SQLiteDatabase
+from projections.db import SQLITE_BUSY_S, Database, PostgresDatabase, SQLiteDatabase
 from projections.views import JOB_DETAILS_COLUMNS, JOB_LIST_COLUMNS
 
 VIEWS = "views"
@@ -102,10 +102,9 @@ def _insert(table: str, columns: Sequence[str]) -> str:
 
 class _SQLiteWriter(Writer):
     def __init__(self, path: str, events: str) -> None:
-        self.connection = sqlite3.connect(path, timeout=30, isolation_level=None,
+        self.connection = sqlite3.connect(path, timeout=SQLITE_BUSY_S, isolation_level=None,
                                           check_same_thread=False)  # fmt: skip
         self.connection.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-        self.connection.execute("PRAGMA busy_timeout=30000")
         # As the views' connections: in WAL mode a commit writes the log without waiting for
         # the disk, which the checkpoint then syncs (15,100 to 15,800 jobs/s with FULL against
         # 16,500 to 17,100, 100,000 jobs). A crash of the machine may lose the last batches,
