@@ -14,6 +14,7 @@ from api.http.deps import ReadAfter
 from api.http.limits import BodyLimits
 from api.http.metrics import RequestMetrics
 from api.http.request_text import CleanRequestText
+from api.http.route_templates import RouteTemplates
 from api.http.routes import (
     admin,
     agent,
@@ -62,23 +63,19 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     app.state.services = services
     app.state.scheduler = scheduler
     problems.install(app)
-    app.include_router(jobs.router, dependencies=[ReadAfter])
-    app.include_router(agent.router)
-    app.include_router(uploads.router)
-    app.include_router(debug.router)
-    app.include_router(debug.agent_router)
-    app.include_router(audit.router)
-    app.include_router(admin.router)
-    app.include_router(identity.router)
-    app.include_router(nodes.router, dependencies=[ReadAfter])
-    app.include_router(datasets.router, dependencies=[ReadAfter])
-    app.include_router(secrets.router)
-    app.include_router(health.router)
+    reading = (jobs.router, nodes.router, datasets.router)  # the position a read waits for
+    routers = (jobs.router, agent.router, uploads.router, debug.router, debug.agent_router,
+               audit.router, admin.router, identity.router, nodes.router, datasets.router,
+               secrets.router, health.router)  # fmt: skip
+    for router in routers:
+        app.include_router(router, dependencies=[ReadAfter] if router in reading else None)
+    app.state.route_templates = templates = RouteTemplates(routers)
     install_console(app, services)  # the web console at /
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        identities=services.identities)  # fmt: skip
     app.add_middleware(CleanRequestText)  # before the token: a path no route could hold
-    app.add_middleware(RequestMetrics, metrics=services.metrics)  # outermost: times it all
+    app.add_middleware(RequestMetrics, metrics=services.metrics,  # outermost: times it all
+                       templates=templates)  # fmt: skip
     return app
 
 

@@ -13,6 +13,8 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.http.route_templates import RouteTemplates
+
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 30.0)
 UNMATCHED = "unmatched"
 
@@ -38,9 +40,10 @@ class ServerMetrics:
 class RequestMetrics:
     """Counts and times every HTTP request by the route it matched."""
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, templates: RouteTemplates) -> None:
         self.app = app
         self.metrics = metrics
+        self.templates = templates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -58,7 +61,10 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, sending)
         finally:
-            route = getattr(scope.get("route"), "path", None) or UNMATCHED
             method = str(scope.get("method", ""))
+            route = getattr(scope.get("route"), "path", None) or self.templates.template(
+                method, str(scope.get("path", ""))
+            ) or UNMATCHED  # answered before the router ran (a 401 or 413 of the body limits)
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+

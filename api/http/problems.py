@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
+from eventsourcing.persistence import MapperDeserialisationError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import HTTPException, RequestValidationError
 from fastapi.responses import JSONResponse
@@ -13,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.artifacts.archives import ArchiveTooLarge, InvalidArchive
 from api.artifacts.store import LogOffsetMismatch, StorageUnavailable, UploadIncomplete
+from api.http.route_templates import RouteTemplates
 from api.identity.identities import IdentityError
 from api.scheduling.nodes import NodeTaken
 from domain.errors import (
@@ -89,12 +92,17 @@ def payload_too_large(error: PayloadTooLarge) -> Problem:
     )  # fmt: skip
 
 
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flexai"'}
+"""A 401's challenge (RFC 9110 section 11.6.1): the token scheme the API takes."""
+
+
 def unauthorized() -> Problem:
     return Problem(
         401, "unauthorized", "Unauthorized",
         "missing or unknown API token: send `Authorization: Bearer <token>` (`flexai login` "
         "keeps one; `flexai server` printed the admin token on first start, and an admin "
         "makes the others: `flexai admin user create`, `flexai admin node-token create`)",
+        headers=CHALLENGE,
     )  # fmt: skip
 
 
@@ -103,6 +111,7 @@ def revoked_token(token_id: str, revoked_at: str) -> Problem:
         401, "token-revoked", "Token revoked",
         f"this API token (id {token_id}) was revoked at {revoked_at}: `flexai login` with "
         "another one (an admin makes them: `flexai admin token create`)",
+        headers={"WWW-Authenticate": f'{CHALLENGE["WWW-Authenticate"]}, error="invalid_token"'},
     )  # fmt: skip
 
 
@@ -208,6 +217,12 @@ def from_domain(error: Exception) -> Problem:
         )  # fmt: skip
     if is_unavailable(error):
         return database_unavailable(error)
+    if isinstance(error, MapperDeserialisationError):
+        return Problem(
+            500, "ledger-unreadable", "Ledger unreadable",
+            f"{' '.join(detail.split())[:500]}: the stored event was altered behind the "
+            "ledger's back; an admin's `flexai admin verify` names every such event",
+        )  # fmt: skip
     return Problem(500, "internal-error", "Internal error", "unexpected error; see server log")
 
 
@@ -243,28 +258,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> JSONResponse:
-        details = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc'][1:]) or 'body'}: {item['msg']}"
-            for item in error.errors()
-        )
-        problem = Problem(
-            422, "invalid-request", "Invalid request",
-            f"the request is invalid: {details}; fix it and send it again",
-        )  # fmt: skip
-        return problem_response(problem, request)
+        return problem_response(invalid_request(request, error.errors()), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        slug = "not-found" if error.status_code == 404 else "http-error"
-        detail = f"{error.detail}: {request.url.path}"
-        problem = Problem(error.status_code, slug, str(error.detail), detail)
-        if error.status_code == 400:  # FastAPI's word for a body that is not even JSON text
-            problem = Problem(
-                400, "invalid-request", "Unreadable body",
-                f"the body of {request.method} {request.url.path} could not be read as JSON: "
-                "send UTF-8 JSON with `Content-Type: application/json`",
-            )  # fmt: skip
-        return problem_response(problem, request)
+        return problem_response(http_problem(request, error), request)
 
     async def _mapped(request: Request, error: Exception) -> JSONResponse:
         problem = from_domain(error)
@@ -278,7 +276,8 @@ def install(app: FastAPI) -> None:
     # Known failures answered here, not by the last-resort handler (which re-raises to the
     # server, so that each would be logged as a crash).
     for kind in (ProjectionHalted, ProjectionTimeout, StorageUnavailable, ArchiveTooLarge,
-                 UploadIncomplete, NodeTaken, *_database_errors()):  # fmt: skip
+                 UploadIncomplete, NodeTaken, MapperDeserialisationError,
+                 *_database_errors()):  # fmt: skip
         app.add_exception_handler(kind, _mapped)
 
     @app.exception_handler(Exception)
@@ -289,6 +288,72 @@ def install(app: FastAPI) -> None:
         else:
             log.warning("%s %s: %s", request.method, request.url.path, problem.detail)
         return problem_response(problem, request)
+
+
+def unreadable_body(request: Request, reason: str = "") -> Problem:
+    """A body that is not JSON text at all (400), whatever the route."""
+    return Problem(
+        400, "invalid-request", "Unreadable body",
+        f"the body of {request.method} {request.url.path} could not be read as JSON"
+        f"{f' ({reason})' if reason else ''}: send UTF-8 JSON with "
+        "`Content-Type: application/json`",
+    )  # fmt: skip
+
+
+def _field(location: Sequence[Any], source: bool) -> str:
+    """A value's place as a 422's ``field`` names it: ``name``, ``env.KEY``, ``0.name`` (an
+    item of a list body), ``limit`` (a query parameter); ``body`` for the body as a whole.
+    ``source``: the location begins with where the value came from (``body``, ``query``)."""
+    parts = location[1:] if source else location
+    return ".".join(str(part) for part in parts) or str(location[0] if source else "body")
+
+
+def invalid_values(errors: Sequence[Any], title: str, what: str, source: bool = True) -> Problem:
+    """Pydantic's validation errors as one 422, whose ``field`` names the first invalid value
+    (and ``fields`` all of them, when there are several)."""
+    fields = [_field(item["loc"], source) for item in errors] or ["body"]
+    details = "; ".join(f"{field}: {item['msg']}"
+                        for field, item in zip(fields, errors, strict=False)) or "body: invalid"
+    problem = Problem(422, "invalid-request", title,
+                      f"{what} is invalid: {details}; fix it and send it again",
+                      field=fields[0])  # fmt: skip
+    if len(set(fields)) > 1:
+        problem.extra["fields"] = list(dict.fromkeys(fields))
+    return problem
+
+
+def invalid_request(request: Request, errors: Sequence[Any]) -> Problem:
+    """FastAPI's validation errors as one problem: JSON that does not parse is a 400, the rest
+    a 422 (``invalid_values``)."""
+    for item in errors:
+        if item.get("type") == "json_invalid":
+            where = item["loc"][-1] if len(item["loc"]) > 1 else None
+            reason = str(item.get("ctx", {}).get("error") or item["msg"])
+            return unreadable_body(request, f"{reason} at character {where}"
+                                   if isinstance(where, int) else reason)  # fmt: skip
+    return invalid_values(errors, "Invalid request", "the request")
+
+
+def http_problem(request: Request, error: StarletteHTTPException) -> Problem:
+    """Starlette's own answers (no such route, a method the route has not, a body that is not
+    JSON) as problems, their headers (a 405's ``Allow``) kept."""
+    headers = dict(error.headers or {})
+    if error.status_code == 400:  # FastAPI's word for a body that is not even JSON text
+        return unreadable_body(request)
+    if error.status_code == 405:  # Starlette's Allow names the first route's methods only
+        templates: RouteTemplates | None = getattr(request.app.state, "route_templates", None)
+        allowed = (templates.methods(request.url.path) if templates else []) or [
+            method.strip() for method in headers.get("Allow", "").split(",") if method.strip()
+        ]  # fmt: skip
+        headers["Allow"] = ", ".join(allowed)
+        return Problem(
+            405, "method-not-allowed", "Method not allowed",
+            f"{request.method} is not a method of {request.url.path}: use "
+            f"{' or '.join(allowed) or 'another path'}", headers=headers,
+        )  # fmt: skip
+    slug = "not-found" if error.status_code == 404 else "http-error"
+    return Problem(error.status_code, slug, str(error.detail),
+                   f"{error.detail}: {request.url.path}", headers=headers)  # fmt: skip
 
 
 def _database_errors() -> list[type[Exception]]:

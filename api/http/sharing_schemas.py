@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from domain.sharing import MAX_RETRIES, MAX_RETRY_CODES
 
@@ -43,6 +43,8 @@ RetryExitCodes = Annotated[
 
 
 class QuotaSet(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     accels: int | None = Field(ge=0, le=2**31 - 1)
     """The most accelerators the user's jobs may hold running at once; null: no quota."""
 
@@ -53,6 +55,8 @@ class QuotaPublic(BaseModel):
 
 
 class HighPrioritySet(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     allowed: bool
     """Whether the user may submit ``priority: high`` jobs (admins always may)."""
 

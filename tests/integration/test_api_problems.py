@@ -44,8 +44,11 @@ def test_a_request_without_a_valid_token_is_refused_saying_how_to_authenticate(
 ) -> None:
     client, _ = api
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        body = assert_problem(client.get("/v1/jobs", headers=headers), 401, "unauthorized")
-        assert "Bearer" in body["detail"]
+        for answer in (client.get("/v1/jobs", headers=headers),
+                       client.post("/v1/jobs", headers=headers, json={})):  # fmt: skip
+            body = assert_problem(answer, 401, "unauthorized")
+            assert "Bearer" in body["detail"]
+            assert answer.headers["WWW-Authenticate"].startswith("Bearer ")  # RFC 9110 11.6.1
 
 
 def test_an_unknown_job_is_a_404_problem_that_points_to_the_list(
@@ -63,6 +66,74 @@ def test_an_invalid_body_is_a_422_problem_naming_the_field(
     response = client.post("/v1/jobs", headers=headers, json={"name": "ok-name", "accels": 0})
     body = assert_problem(response, 422, "invalid-request")
     assert "accels" in body["detail"] and "repository_url" in body["detail"]
+    assert set(body["fields"]) == {"repository_url", "entry_point", "accels"}
+    assert body["field"] == body["fields"][0]
+    one = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "a"})
+    assert assert_problem(one, 422, "invalid-request")["field"] == "name"
+    env = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "ok-name",
+                                                         "env": {"KEY": "x\x00y"}})  # fmt: skip
+    assert assert_problem(env, 422, "invalid-request")["field"] == "env"
+    limit = client.get("/v1/jobs?limit=0", headers=headers)
+    body = assert_problem(limit, 422, "invalid-request")
+    assert body["field"] == "limit" and "fields" not in body
+    listed = client.post("/v1/jobs", headers=headers, json=[{**SPEC, "name": "x"}])
+    assert listed.status_code == 207
+    [result] = listed.json()["results"]
+    assert result["problem"]["field"] == "name" and result["problem"]["status"] == 422
+
+
+def test_a_body_that_is_not_json_is_a_400_saying_where_it_breaks(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    json_headers = {**headers, "Content-Type": "application/json"}
+    for body in (b'{"name":', b"x", b'{"name": "a",}'):
+        answer = client.post("/v1/jobs", headers=json_headers, content=body)
+        problem = assert_problem(answer, 400, "invalid-request")
+        assert problem["title"] == "Unreadable body"
+        assert "could not be read as JSON" in problem["detail"]
+        assert "at character" in problem["detail"] and "Content-Type" in problem["detail"]
+    verify = client.post("/v1/admin/verify", headers=json_headers, content=b"x")
+    assert assert_problem(verify, 400, "invalid-request")["title"] == "Unreadable body"
+
+
+def test_a_method_a_route_has_not_is_a_405_naming_those_it_has(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    client, headers = api
+    answer = client.put("/v1/jobs", headers=headers)
+    body = assert_problem(answer, 405, "method-not-allowed")
+    assert answer.headers["Allow"] == "GET, HEAD, POST"
+    assert "PUT is not a method of /v1/jobs" in body["detail"] and "GET" in body["detail"]
+
+
+def test_identity_bodies_take_only_their_own_fields_names_and_types(
+    api: tuple[TestClient, dict[str, str]],
+) -> None:
+    """Names are matched whole (a valid name inside another is no name), a flag is a JSON
+    boolean (``"yes"`` and ``1`` give no admin), and an unknown field is refused."""
+    client, headers = api
+    for node in ("../../etc/passwd", "a b", "gpu\x01x", "ok-node!"):
+        answer = client.post("/v1/admin/node-tokens", headers=headers, json={"node": node})
+        assert assert_problem(answer, 422, "invalid-request")["field"] == "node", node
+    for name in ("bob\x01", "Xbob", "bob/", "-bob"):
+        answer = client.post("/v1/admin/users", headers=headers, json={"name": name})
+        assert assert_problem(answer, 422, "invalid-request")["field"] == "name", name
+        answer = client.post("/v1/tokens", headers=headers, json={"user": name})
+        assert assert_problem(answer, 422, "invalid-request")["field"] == "user", name
+    assert client.get("/v1/tokens?user=Xbob", headers=headers).status_code == 422
+    for admin in ("yes", 1, "true", None):
+        answer = client.post("/v1/admin/users", headers=headers,
+                             json={"name": "dave", "admin": admin})  # fmt: skip
+        assert assert_problem(answer, 422, "invalid-request")["field"] == "admin", admin
+    extra = client.post("/v1/admin/users", headers=headers, json={"name": "dave", "x": 1})
+    assert assert_problem(extra, 422, "invalid-request")["field"] == "x"
+    verify = client.post("/v1/admin/verify", headers=headers, json={"extra": 1})
+    assert assert_problem(verify, 422, "invalid-request")["field"] == "extra"
+    made = client.post("/v1/admin/users", headers=headers, json={"name": "dave", "admin": True})
+    assert made.status_code == 201 and made.json()["user"]["admin"] is True
+    node = client.post("/v1/admin/node-tokens", headers=headers, json={"node": "gpu-01.rack2"})
+    assert node.status_code == 201, node.text
 
 
 def test_a_bad_name_and_a_taken_name_are_refused_with_the_rule_or_the_way_out(

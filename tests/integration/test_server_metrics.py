@@ -52,6 +52,30 @@ def test_metrics_count_routes_jobs_lag_and_rounds(api: Api) -> None:
     assert re.search(r"^flexai_scheduler_leader [01]", text, re.MULTILINE)
 
 
+def test_answers_given_before_routing_count_under_their_route_template(api: Api) -> None:
+    """A 401 or 413 of the body limits, and a 405, are answered before the router runs: they
+    are counted under the template the path matches all the same, not ``unmatched``."""
+    refused = {"Authorization": "Bearer nope"}
+    assert api.client.post("/v1/jobs", headers=refused, json={}).status_code == 401
+    assert api.client.post("/v1/jobs/job-1/stop", headers=refused).status_code == 401
+    huge = b"x" * (api.services.settings.limits.request_bytes + 1)
+    assert api.client.post("/v1/jobs", headers=api.headers, content=huge).status_code == 413
+    assert api.client.put("/v1/jobs", headers=api.headers).status_code == 405
+    assert api.client.get("/v1/nowhere", headers=api.headers).status_code == 404
+    figures = samples(api)
+
+    def count(method: str, route: str, status: int) -> float:
+        labels = (("method", method), ("route", route), ("status", str(status)))
+        return figures.get(("flexai_http_requests_total", labels), 0)
+
+    assert count("POST", "/v1/jobs", 401) == 1
+    assert count("POST", "/v1/jobs/{name}/stop", 401) == 1
+    assert count("POST", "/v1/jobs", 413) == 1
+    assert count("PUT", "/v1/jobs", 405) == 1
+    assert count("GET", "unmatched", 404) == 1  # no route: one label, never the path
+    assert "job-1" not in api.client.get("/metrics").text
+
+
 def test_the_lag_in_seconds_is_the_age_of_the_oldest_unapplied_event(api: Api) -> None:
     api.succeeded("first")
     with api.services.projector.held():  # the views cannot move: the next write waits

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.http.deps import CurrentAdmin, ServicesDep
 from api.http.problems import Problem
@@ -20,6 +20,8 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
 class VerifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
     expect_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
     """The head digest an earlier verify printed: a ledger whose chain was rewritten since
     no longer ends in it."""

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.http.deps import CurrentAdmin, CurrentCaller, CurrentUser, ServicesDep
 from api.http.problems import forbidden
@@ -16,7 +16,10 @@ from api.identity.identities import MAX_LABEL, USER_NAME, IssuedToken
 from domain import values
 
 router = APIRouter(prefix="/v1", tags=["identity"])
-UserName = Annotated[str, Field(pattern=USER_NAME.pattern, max_length=63)]
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""The bodies of users, tokens and node tokens: no unknown field, no value taken for another
+type (``"yes"`` is no ``true``)."""
+UserName = Annotated[str, Field(pattern=rf"^(?:{USER_NAME.pattern})$", max_length=63)]
 Label = Annotated[str, Field(max_length=MAX_LABEL, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
 
@@ -30,18 +33,25 @@ class Whoami(BaseModel):
 
 
 class UserCreate(BaseModel):
+    model_config = STRICT
+
     name: UserName
     admin: bool = False
 
 
 class TokenCreate(BaseModel):
+    model_config = STRICT
+
     label: Label = ""
     user: UserName | None = None
     """Whose token (admins only; yours when left out)."""
 
 
 class NodeTokenCreate(BaseModel):
-    node: Annotated[str, Field(min_length=1, max_length=253, pattern=values.NODE_NAME.pattern)]
+    model_config = STRICT
+
+    node: Annotated[str, Field(min_length=1, max_length=253,
+                                pattern=rf"^(?:{values.NODE_NAME.pattern})$")]  # fmt: skip
     label: Label = ""
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from api.http.deps import tell_position
 from api.http.job_specs import JobSpecs
-from api.http.problems import Problem, from_domain
+from api.http.problems import Problem, from_domain, invalid_values
 from api.http.schemas import JobCreate, JobPublic
 from api.http.submission_schemas import MAX_SUBMISSIONS, SubmissionResult, SubmissionResults
 from api.services import Services
@@ -79,12 +79,7 @@ def _answered(outcome: Outcome | Exception) -> Outcome | Problem:
 
 def _invalid(error: ValidationError) -> Problem:
     """The problem a single submission's invalid body gets, for one job of the list."""
-    details = "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']) or 'body'}: {item['msg']}"
-        for item in error.errors()
-    )
-    return Problem(422, "invalid-request", "Invalid job",
-                   f"the job is invalid: {details}; fix it and send it again")  # fmt: skip
+    return invalid_values(error.errors(), "Invalid job", "the job", source=False)
 
 
 def _answer(
