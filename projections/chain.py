@@ -220,6 +220,9 @@ class RawEvent:
     version: int
     topic: str
     state: bytes
+    as_text: bool = False
+    """The row holds its state as text, not bytes (SQLite keeps what it is given): no command
+    writes that, and the library cannot read it back; its UTF-8 bytes are hashed."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +298,10 @@ def verify_chain(
             if problem(f"{where}: the aggregate's previous event is missing (the last one "
                        f"found: {had})"):
                 return report  # fmt: skip
+        if event.as_text and problem(f"{where}: its stored row was altered (its state is held "
+                                     "as text, which no command writes: it cannot be read "
+                                     "back)"):
+            return report  # fmt: skip
         hashed = event_hash(previous, event.originator_id, event.version, event.topic,
                             event.state)  # fmt: skip
         if hashed != row.event_hash and problem(
@@ -325,9 +332,11 @@ def raw_events(recorder: Any) -> Iterator[RawEvent]:
     while True:
         page = recorder.select_notifications(start, PAGE)
         for notification in page:
+            state = notification.state  # text where a hand edit made it so (SQLite)
+            as_text = isinstance(state, str)
             yield RawEvent(notification.id, _id(notification.originator_id),
                            notification.originator_version, notification.topic,
-                           bytes(notification.state))  # fmt: skip
+                           state.encode() if as_text else bytes(state), as_text)  # fmt: skip
         if len(page) < PAGE:
             return
         start = page[-1].id + 1

@@ -106,17 +106,19 @@ class Rebuilder:
 
     def start(self) -> RebuildProgress:
         """Begin a rebuild in a thread of its own; :class:`RebuildRunning` if one runs."""
+        head = self._head()  # before the lock: a read that fails leaves nothing held
         if not self._running.acquire(blocking=False):
             raise RebuildRunning()
-        self.progress = RebuildProgress(state="running", started_at=_now())
+        self.progress = RebuildProgress(state="running", started_at=_now(), head=head)
         threading.Thread(target=self._run_and_release, name="views-rebuild", daemon=True).start()
         return self.progress
 
     def run(self) -> RebuildProgress:
         """Rebuild now, in this thread."""
+        head = self._head()
         if not self._running.acquire(blocking=False):
             raise RebuildRunning()
-        self.progress = RebuildProgress(state="running", started_at=_now())
+        self.progress = RebuildProgress(state="running", started_at=_now(), head=head)
         self._run_and_release()
         return self.progress
 
@@ -136,8 +138,11 @@ class Rebuilder:
 
     # -- the rebuild -------------------------------------------------------------------
 
+    def _head(self) -> int:
+        """The ledger's last position: what the rebuild folds up to (what its answer tells)."""
+        return int(self.app.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
+
     def _rebuild(self) -> None:
-        self.progress.head = self.app.recorder.max_notification_id() or 0  # type: ignore[attr-defined]
         shadow_db, attach, detach = self._shadow()
         try:
             shadow = Projector(self.app, shadow_db)

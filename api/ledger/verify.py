@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.application import AggregateNotFoundError
+
 from api.ledger.artifact_check import Artifact, Depth, ledger_artifacts, problem_of
 from api.services import Services
 from domain.job import TrainingJob
@@ -105,8 +107,11 @@ def _view_differences(services: Services, hex_ids: set[str]) -> list[str]:
 def _compare(services: Services, job_id: str, row: Any) -> list[str]:
     try:
         job: TrainingJob = services.jobs.repository.get(UUID(job_id), version=LATEST)
-    except Exception:  # noqa: BLE001 - no such aggregate, or one the ledger cannot fold
+    except AggregateNotFoundError:
         job = None  # type: ignore[assignment]
+    except Exception as error:  # noqa: BLE001 - an event the ledger cannot read or apply
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        return [f"job {job_id}: the ledger cannot fold it ({reason})"]
     if job is None:
         return [f"job {job_id}: the views show it, the ledger has no such job"] if row else []
     if row is None:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+import pytest
 
 from api.settings import Settings
 from domain.application import TrainingJobs
@@ -95,6 +96,34 @@ def test_an_altered_row_is_named(api: Api) -> None:
     assert not result["ok"]
     first = result["ledger_problems"][0]
     assert f"at position {position}" in first and "altered" in first
+
+
+def test_a_row_whose_state_a_hand_edit_left_as_text_is_named_and_its_job_answers_a_problem(
+    api: Api,
+) -> None:
+    """SQLite keeps what it is given: ``replace()`` in the sqlite3 shell turns a row's state
+    into text, which no command writes and the library cannot read. Verify names the row (even
+    with its bytes unchanged), says the job cannot be folded, and the job's audit answers a
+    problem that points to verify. PostgreSQL's ``bytea`` column holds no text."""
+    if not api.services.settings.resolved_database_url.startswith("sqlite:///"):
+        pytest.skip("PostgreSQL's bytea column cannot hold a state as text")
+    jobs = workload(api)
+    position = position_of(api, "Built", 1)
+    with raw(api) as (connection, table, column):
+        sql(connection, f"UPDATE {table} SET state = CAST(state AS TEXT) WHERE {column} = ?",
+            (position,))  # fmt: skip
+    result = verify(api)
+    assert not result["ok"]
+    first = result["ledger_problems"][0]
+    assert f"at position {position}" in first and "held as text" in first, first
+    assert any(f"job {jobs[1]}: the ledger cannot fold it" in said
+               for said in result["view_differences"]), result["view_differences"]  # fmt: skip
+    answer = api.state(jobs[1], version=9)
+    assert answer.status_code == 500, answer.text
+    body = answer.json()
+    assert body["type"].endswith("/ledger-unreadable") and "admin verify" in body["detail"]
+    code, out, _ = api.cli("admin", "verify")
+    assert code == 1 and "held as text" in out
 
 
 def test_a_deleted_row_is_named(api: Api) -> None:

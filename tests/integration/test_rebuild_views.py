@@ -212,9 +212,11 @@ def test_readers_never_see_empty_views_and_writes_meanwhile_are_kept(
 def test_rebuild_through_the_api_and_the_cli(api: Api) -> None:
     for index in range(3):
         api.succeeded(f"job-{index}")
+    head = api.services.jobs.recorder.max_notification_id()  # type: ignore[attr-defined]
     code, out, err = api.cli("admin", "rebuild-projections")
     assert code == 0, err
     assert "rebuilding the views" in out and "swapped in" in out and "job_list 3" in out
+    assert f"from the ledger ({head} events)" in out and head > 10  # the answer's own head
     status = api.client.get("/v1/admin/rebuild-projections", headers=api.headers).json()
     assert status["state"] == "done" and status["rows"]["job_list"] == 3
     code, out, _ = api.cli("admin", "rebuild-projections", "--status")
