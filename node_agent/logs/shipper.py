@@ -126,7 +126,13 @@ class LogShipper:
             self._changed.notify_all()
 
     def write_line(self, text: str) -> None:
-        self.write(f"{text}\n".encode(errors="replace"))
+        """One line of the agent's own, on a line of its own: after a newline when the job's
+        last output ended without one (``print(..., end="")``), so that it is not glued on."""
+        with self._changed:
+            size = self._size()
+            last = os.pread(self._read_fd, 1, size - 1) if size and not self._fds_closed else b""
+        lead = "\n" if last not in (b"", b"\n") else ""
+        self.write(f"{lead}{text}\n".encode(errors="replace"))
 
     def abandon(self) -> None:
         """Stop shipping as soon as possible (the agent is going away)."""

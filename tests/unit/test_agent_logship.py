@@ -187,6 +187,22 @@ def test_what_the_job_appends_to_the_file_by_itself_is_shipped_on_its_nodes_stre
     assert store.node_indices == {1}
 
 
+def test_an_agent_line_after_output_without_a_newline_starts_a_line_of_its_own(
+    tmp_path: Path, store: LogStore, client: ControlPlaneClient
+) -> None:
+    path = tmp_path / "job.log"
+    shipper = LogShipper(client, "job-1", path, flush_interval=0.01)
+    shipper.write_line("[agent] running train.py")
+    with path.open("ab") as job:  # the entry point's last print had end=""
+        job.write(b"step 9\nno newline at the end")
+    shipper.write_line("[agent] the entry point exited with code 3")
+    shipper.write_line("[agent] stopped")
+    assert shipper.close(timeout=30)
+    expected = (b"[agent] running train.py\nstep 9\nno newline at the end\n"
+                b"[agent] the entry point exited with code 3\n[agent] stopped\n")  # fmt: skip
+    assert bytes(store.data) == expected and path.read_bytes() == expected
+
+
 def test_an_agent_that_restarted_resumes_the_log_where_the_server_holds_it(
     tmp_path: Path, store: LogStore, client: ControlPlaneClient
 ) -> None:
