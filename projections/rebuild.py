@@ -106,19 +106,13 @@ class Rebuilder:
 
     def start(self) -> RebuildProgress:
         """Begin a rebuild in a thread of its own; :class:`RebuildRunning` if one runs."""
-        head = self._head()  # before the lock: a read that fails leaves nothing held
-        if not self._running.acquire(blocking=False):
-            raise RebuildRunning()
-        self.progress = RebuildProgress(state="running", started_at=_now(), head=head)
+        self._begin()
         threading.Thread(target=self._run_and_release, name="views-rebuild", daemon=True).start()
         return self.progress
 
     def run(self) -> RebuildProgress:
         """Rebuild now, in this thread."""
-        head = self._head()
-        if not self._running.acquire(blocking=False):
-            raise RebuildRunning()
-        self.progress = RebuildProgress(state="running", started_at=_now(), head=head)
+        self._begin()
         self._run_and_release()
         return self.progress
 
@@ -138,9 +132,13 @@ class Rebuilder:
 
     # -- the rebuild -------------------------------------------------------------------
 
-    def _head(self) -> int:
-        """The ledger's last position: what the rebuild folds up to (what its answer tells)."""
-        return int(self.app.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
+    def _begin(self) -> None:
+        """Take the lock and start the progress at the ledger's last position (what the rebuild
+        folds up to, and what its answer tells), read first: a read that fails holds nothing."""
+        head = int(self.app.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
+        if not self._running.acquire(blocking=False):
+            raise RebuildRunning()
+        self.progress = RebuildProgress(state="running", started_at=_now(), head=head)
 
     def _rebuild(self) -> None:
         shadow_db, attach, detach = self._shadow()

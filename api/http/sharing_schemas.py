@@ -10,6 +10,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from domain.sharing import MAX_RETRIES, MAX_RETRY_CODES
 
+STRICT = ConfigDict(extra="forbid", strict=True)
+"""The config of an admin's or a token's body: no unknown field, no value taken for another
+type (``"yes"`` is no ``true``)."""
+
 
 def _distinct(codes: list[int]) -> list[int]:
     twice = sorted({code for code in codes if codes.count(code) > 1})
@@ -43,7 +47,7 @@ RetryExitCodes = Annotated[
 
 
 class QuotaSet(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
 
     accels: int | None = Field(ge=0, le=2**31 - 1)
     """The most accelerators the user's jobs may hold running at once; null: no quota."""
@@ -55,7 +59,7 @@ class QuotaPublic(BaseModel):
 
 
 class HighPrioritySet(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
 
     allowed: bool
     """Whether the user may submit ``priority: high`` jobs (admins always may)."""

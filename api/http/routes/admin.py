@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from api.http.deps import CurrentAdmin, ServicesDep
 from api.http.problems import Problem
+from api.http.sharing_schemas import STRICT
 from api.ledger.purge import purge_deleted
 from api.ledger.verify import verify_ledger
 from domain.actors import user
@@ -20,7 +21,7 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
 class VerifyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = STRICT
 
     expect_digest: str | None = Field(default=None, max_length=128, pattern=r"^[0-9a-f]*$")
     """The head digest an earlier verify printed: a ledger whose chain was rewritten since

@@ -7,18 +7,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from api.http.deps import CurrentAdmin, CurrentCaller, CurrentUser, ServicesDep
 from api.http.problems import forbidden
-from api.http.sharing_schemas import HighPriorityPublic, HighPrioritySet, QuotaPublic, QuotaSet
+from api.http.sharing_schemas import (
+    STRICT,
+    HighPriorityPublic,
+    HighPrioritySet,
+    QuotaPublic,
+    QuotaSet,
+)
 from api.identity.identities import MAX_LABEL, USER_NAME, IssuedToken
 from domain import values
 
 router = APIRouter(prefix="/v1", tags=["identity"])
-STRICT = ConfigDict(extra="forbid", strict=True)
-"""The bodies of users, tokens and node tokens: no unknown field, no value taken for another
-type (``"yes"`` is no ``true``)."""
 UserName = Annotated[str, Field(pattern=rf"^(?:{USER_NAME.pattern})$", max_length=63)]
 Label = Annotated[str, Field(max_length=MAX_LABEL, pattern=r"^[^\x00-\x1f\x7f]*$")]
 
