@@ -93,12 +93,12 @@ class JobEnding:
     def report(
         self, outcome: Ended, checkpoints: CheckpointWatcher, time_limit_s: int | None
     ) -> Answer | None:
-        """Ship the logs, the last checkpoints and the outputs, then report how it ended; the
+        """Ship the last checkpoints, the logs and the outputs, then report how it ended; the
         control plane's answer (None when the agent shuts down first)."""
         if outcome.stopped:
             self.say(f"[agent] {stop_outcome(outcome.survivors)}")
+        checkpoints.finish()  # before the log closes: it may say a checkpoint was sent again
         self.ship_logs()
-        checkpoints.finish()
         if not self._upload_outputs():
             return None  # the agent shuts down: once restarted, it uploads and reports
         if outcome.stopped:

@@ -224,11 +224,13 @@ class JobDirs:
     def create_fresh(self) -> None:
         """Start from empty directories (a rebuild after an agent restart included), each the
         agent's alone until the job's directory is handed to the job's user. The logs of
-        earlier attempts of the job on this node (a retry) are kept."""
+        earlier attempts of the job on this node (a retry) are kept, and this attempt's own:
+        the control plane may hold its start already, so a rebuild appends to it."""
         kept = self.scratch.with_name(f"{self.scratch.name}.logs")
         if kept.exists():
             shutil.rmtree(kept)
-        earlier = [log_file for log_file in self.earlier_logs() if _is_agents_file(log_file)]
+        logs = (*self.earlier_logs(), self.log_file)
+        earlier = [log_file for log_file in logs if _is_agents_file(log_file)]
         if earlier:  # a first attempt makes no folder for none (each costs: see gitmirror)
             kept.mkdir(parents=True, mode=0o700)
             for log_file in earlier:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from node_agent.accelerators import AcceleratorPool
@@ -51,7 +51,7 @@ from node_agent.models import (
 )
 from node_agent.network import LOOPBACK, free_port
 from node_agent.reports import Answer, JobReporter
-from node_agent.run.jobrun import JobRun
+from node_agent.run.jobrun import JobRun, recorded_exit
 from node_agent.run.jobuser import JobUser
 from node_agent.run.launch import Placement, job_environment
 from node_agent.run.processes import end_processes, job_processes
@@ -222,12 +222,27 @@ class JobSupervisor:
         self._end_earlier_processes()
         self.dirs.create_fresh()
         secrets = fetch_secrets(self.client, self.assignment)  # before a byte of log ships
-        self.ending.open_logs(resume=False, secret_values=secrets.masked)
+        self._open_build_log(secrets)
         built = self._build(secrets)
         start = self._report_built(built) if built else None
         if built and start and self._claim(start.accelerators):
             self._started = True
             self._run_attempts(self._run_entry_point(built.argv, start, secrets))
+
+    def _open_build_log(self, secrets: JobSecrets) -> None:
+        """A new log; or, built again after the agent restarted, the log the control plane
+        holds the start of: appended to, so every byte it holds stays the node's."""
+        if self.dirs.log_file.exists():
+            try:
+                self.ending.open_logs(resume=True, secret_values=secrets.masked)
+            except OSError as error:
+                log.error("job %s: its log is started anew: %s", self.job_id, error)
+                self.dirs.log_file.unlink(missing_ok=True)  # not truncated: it may be a link
+            else:
+                self._say("[agent] the node agent restarted before the job started; "
+                          "building it again")  # fmt: skip
+                return
+        self.ending.open_logs(resume=False, secret_values=secrets.masked)
 
     def _follow_again(self) -> None:
         """After the agent restarted: follow the job's processes, or say how they ended."""
@@ -235,7 +250,8 @@ class JobSupervisor:
             self._open_logs_again()
         except OSError as error:
             log.error("job %s: its log cannot be shipped any more: %s", self.job_id, error)
-        run = JobRun.find(self.dirs)
+        # The entry point's end is its exit code, whatever it left running (a setsid child).
+        run = None if recorded_exit(self.dirs) is not None else JobRun.find(self.dirs)
         if run is None:
             self._finish(self._ended_while_away(), None)
             return
@@ -506,9 +522,22 @@ class JobSupervisor:
             lost = LOST_WHILE_AWAY if self.dirs.shim_pid_file.exists() else NEVER_LAUNCHED
             log.warning("job %s: %s", self.job_id, lost)
             self._say(f"[agent] {lost}")
-            return Ended(None, [], stopped=stopped, lost=lost)
+            return Ended(None, self._end_leftovers(), stopped=stopped, lost=lost)
         self._say("[agent] the job ended while the node agent was down")
-        return ended(gone, [], self._say, stopped=stopped)
+        outcome = ended(gone, [], self._say, stopped=stopped)
+        return replace(outcome, survivors=self._end_leftovers())
+
+    def _end_leftovers(self) -> list[int]:
+        """End what an entry point that exited left running; the pids that survived."""
+        if not (left := job_processes(self.dirs.marker)):
+            return []
+        grace = self._grace()
+        count = f"{len(left)} process{'es' if len(left) != 1 else ''}"
+        self._say(f"[agent] ending {count} the entry point left behind: SIGTERM, SIGKILL after "
+                  f"{grace:g} s")  # fmt: skip
+        log.info("job %s: ending processes %s the entry point left behind", self.job_id,
+                 ", ".join(map(str, left)))  # fmt: skip
+        return end_processes(lambda: job_processes(self.dirs.marker), grace)
 
     def _grace(self) -> float:
         if self._aborting.is_set():
@@ -538,6 +567,7 @@ class JobSupervisor:
             self.node_id,
             self.dirs.output_checkpoint,
             stable_for=self.settings.checkpoint_stable_for,
+            say=self._say,
             node_index=self.assignment.node_index,
         )
 

@@ -3,7 +3,12 @@
 While the job runs a child is uploaded once it has stopped changing (no file added, resized or
 touched) for ``stable_for`` seconds; when the job ends :meth:`CheckpointWatcher.finish`
 uploads whatever is left. Names starting with ``.`` or ``tmp-`` are work in progress (the
-Hugging Face trainer writes ``tmp-checkpoint-N`` and renames it) and are never uploaded.
+Hugging Face trainer writes ``tmp-checkpoint-N`` and renames it) and are never uploaded: a
+checkpoint renamed into place is taken whole.
+A checkpoint that changes after it was uploaded (written in stages, with a pause longer than
+``stable_for`` between them) is uploaded again, once it is still again, as ``NAME.v2``
+(``.v3``...), and the job's log says so: the newest is then the whole one. Each is looked at
+for ``recheck_for`` seconds after its upload, and once more when the job ends.
 An upload waits for the store as long as it takes (:mod:`node_agent.artifacts.uploader`):
 a checkpoint is never dropped because the store or the control plane is away.
 """
@@ -15,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.artifacts.uploader import Artifact, ArtifactUploader
@@ -23,6 +29,8 @@ from node_agent.client import ApiError, ApiUnavailable
 log = logging.getLogger("flexai.agent")
 
 Signature = tuple[int, int, int]
+RECHECK_FOR = 300.0
+"""Seconds after its upload a checkpoint is still looked at for changes, until the job ends."""
 
 
 def signature(path: Path) -> Signature:
@@ -44,7 +52,8 @@ def signature(path: Path) -> Signature:
 
 
 class CheckpointWatcher:
-    """Watches one job's checkpoint directory and uploads each checkpoint once."""
+    """Watches one job's checkpoint directory and uploads each checkpoint, again when it
+    changed after its upload; ``say`` writes a line to the job's log."""
 
     def __init__(
         self,
@@ -55,7 +64,9 @@ class CheckpointWatcher:
         *,
         stable_for: float = 1.0,
         interval: float = 0.5,
+        recheck_for: float = RECHECK_FOR,
         on_upload: Callable[[str], None] | None = None,
+        say: Callable[[str], None] | None = None,
         node_index: int = 0,
     ) -> None:
         self.uploader = uploader
@@ -65,9 +76,13 @@ class CheckpointWatcher:
         self.directory = directory
         self.stable_for = stable_for
         self.interval = interval
+        self.recheck_for = recheck_for
         self.on_upload = on_upload
+        self.say = say
         self.uploaded: list[str] = []
-        self._settled: set[str] = set()  # uploaded, or refused for good
+        """The names the checkpoints were uploaded as (``NAME.v2`` for a second one)."""
+        self._refused: set[str] = set()  # refused for good
+        self._taken: dict[str, Taken] = {}  # uploaded, by name in the directory
         self._seen: dict[str, tuple[Signature, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"ckpt-{job_id}", daemon=True)
@@ -81,14 +96,21 @@ class CheckpointWatcher:
             self._thread.join()
 
     def finish(self) -> None:
-        """Stop watching and upload every checkpoint not uploaded yet."""
+        """Stop watching and upload every checkpoint not uploaded yet, or changed since."""
         self.stop_watching()
         self.scan(final=True)
 
     def scan(self, final: bool = False) -> None:
-        for child in self._candidates():
-            if final or self._is_stable(child):
-                self._upload(child)
+        for child in self._candidates(final):
+            try:
+                current = signature(child)
+            except OSError:
+                continue  # gone meanwhile (a trainer's rotation deletes old checkpoints)
+            taken = self._taken.get(child.name)
+            if taken is not None and taken.signature == current:
+                continue
+            if final or self._is_stable(child.name, current):
+                self._upload(child, current, taken)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
@@ -97,32 +119,33 @@ class CheckpointWatcher:
             except Exception:  # the watcher must outlive any one bad scan
                 log.exception("job %s: checkpoint scan failed", self.job_id)
 
-    def _candidates(self) -> list[Path]:
+    def _candidates(self, final: bool) -> list[Path]:
+        """The children to look at: not temporary, not refused, and not uploaded more than
+        ``recheck_for`` s ago (all of those once the job ended)."""
+        since = time.monotonic() - self.recheck_for
         try:
             children = [
                 child
                 for child in self.directory.iterdir()
-                if child.name not in self._settled and not child.name.startswith((".", "tmp-"))
+                if child.name not in self._refused
+                and not child.name.startswith((".", "tmp-"))
+                and (final or self._taken.get(child.name, _NEVER).at > since)
             ]
         except FileNotFoundError:
             return []
         return sorted(children, key=_mtime)
 
-    def _is_stable(self, child: Path) -> bool:
-        try:
-            current = signature(child)
-        except OSError:
-            return False
+    def _is_stable(self, name: str, current: Signature) -> bool:
         now = time.monotonic()
-        previous = self._seen.get(child.name)
+        previous = self._seen.get(name)
         if previous is None or previous[0] != current:
-            self._seen[child.name] = (current, now)
+            self._seen[name] = (current, now)
             return False
-        empty_folder = child.is_dir() and current[0] == 0
+        empty_folder = current[0] == 0
         return not empty_folder and now - previous[1] >= self.stable_for
 
-    def _upload(self, child: Path) -> None:
-        name = child.name
+    def _upload(self, child: Path, current: Signature, taken: Taken | None) -> None:
+        name = child.name if taken is None else self._next_name(child.name, taken)
         artifact = Artifact(self.job_id, "checkpoint", name, self.node_id, self.node_index,
                             child, trusted=self.directory.parent)  # fmt: skip
         try:
@@ -132,12 +155,45 @@ class CheckpointWatcher:
             return
         except (ApiError, OSError) as error:
             log.error("job %s: checkpoint %s not uploaded: %s", self.job_id, name, error)
-            self._settled.add(name)
+            self._refused.add(child.name)
             return
-        self._settled.add(name)
+        earlier = taken.names if taken is not None else ()
+        self._taken[child.name] = Taken(current, time.monotonic(), (*earlier, name))
         self.uploaded.append(name)
+        if taken is not None and self.say is not None:
+            self.say(_changed_after_upload(child.name, taken.names[-1], name, self.stable_for))
         if self.on_upload is not None:
             self.on_upload(name)
+
+    def _next_name(self, name: str, taken: Taken) -> str:
+        """``NAME.vK`` for the K-th upload of a checkpoint, unless the job uses that name."""
+        number = len(taken.names) + 1
+        while (self.directory / f"{name}.v{number}").exists():
+            number += 1
+        return f"{name}.v{number}"
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A checkpoint as it was last uploaded: its signature then, when (monotonic), and the
+    names it was uploaded as."""
+
+    signature: Signature
+    at: float
+    names: tuple[str, ...]
+
+
+_NEVER = Taken((0, 0, 0), float("inf"), ())
+"""What :meth:`CheckpointWatcher._candidates` takes a checkpoint not uploaded yet for."""
+
+
+def _changed_after_upload(name: str, before: str, now: str, stable_for: float) -> str:
+    return (
+        f"[agent] checkpoint {name} changed after it was uploaded as {before} (nothing had "
+        f"changed in it for {stable_for:g} s): uploaded again, whole, as {now}. Write each "
+        f"checkpoint under a name that starts with tmp- and rename it once complete, so it is "
+        f"uploaded once"
+    )
 
 
 def _mtime(path: Path) -> float:

@@ -25,6 +25,7 @@ from node_agent.run.jobuser import JobUser
 from node_agent.run.processes import (
     is_alive,
     job_processes,
+    outside_group,
     signal_group,
     signal_pids,
     sleep_until_exit,
@@ -120,7 +121,7 @@ class JobRun:
     def returncode(self) -> int | None:
         """How the entry point ended (``-N``: killed by signal N), as the shim wrote it; for a
         shim that was itself killed first, how the shim ended; None when not known."""
-        code = read_number(self.dirs.exit_code_file, minimum=-64, maximum=255)
+        code = recorded_exit(self.dirs)
         shim_code = self._popen.poll() if self._popen is not None else None
         if code is None and shim_code is not None and shim_code < 0:
             return shim_code
@@ -134,13 +135,17 @@ class JobRun:
     # -- ending --------------------------------------------------------------------------
 
     def end(self, grace: float, kill_wait: float = 10.0) -> list[int]:
-        """SIGTERM every process of the job, SIGKILL them after ``grace`` s; return the pids
-        still alive after that (stuck in the kernel)."""
+        """SIGTERM every process of the job once, SIGKILL them after ``grace`` s; return the
+        pids still alive after that (stuck in the kernel).
+
+        One SIGTERM each: training code may take a second one for "abort the checkpoint save"."""
         if self.shim_pid is not None:
             signal_group(self.shim_pid, signal.SIGTERM)
         left = self.processes()
         if not left:
             return []  # the usual end: the entry point left nothing behind (one scan)
+        if self.shim_pid is not None:
+            left = outside_group(left, self.shim_pid)  # the group's got theirs just now
         signal_pids(left, signal.SIGTERM)
         if self._all_gone(grace):
             return []
@@ -183,6 +188,11 @@ def install_shim(work_dir: Path) -> Path:
     partial.chmod(0o644)
     os.replace(partial, target)
     return target
+
+
+def recorded_exit(dirs: JobDirs) -> int | None:
+    """The entry point's return code as its shim wrote it once it ended; None before."""
+    return read_number(dirs.exit_code_file, minimum=-64, maximum=255)
 
 
 def read_number(path: Path, minimum: int = 1, maximum: int = 2**22) -> int | None:

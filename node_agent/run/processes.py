@@ -166,6 +166,16 @@ def end_processes(
     return find()
 
 
+def outside_group(pids: Iterable[int], pgid: int) -> list[int]:
+    """Those of ``pids`` that are not in process group ``pgid`` (those gone left out)."""
+    outside = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) != pgid:
+                outside.append(pid)
+    return outside
+
+
 def signal_pids(pids: Iterable[int], signum: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):

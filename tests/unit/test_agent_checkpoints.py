@@ -1,4 +1,5 @@
-"""Checkpoints: each child of output-checkpoint/ uploaded once, as a zip, when it is complete."""
+"""Checkpoints: each child of output-checkpoint/ uploaded as a zip once it is complete; again,
+as NAME.v2, when it changed after its upload (written in stages), the job's log told."""
 
 from __future__ import annotations
 
@@ -45,7 +46,13 @@ def client() -> RecordingClient:
     return RecordingClient()
 
 
-def watcher(tmp_path: Path, client: RecordingClient, stable_for: float = 0.2) -> CheckpointWatcher:
+def watcher(
+    tmp_path: Path,
+    client: RecordingClient,
+    stable_for: float = 0.2,
+    recheck_for: float = 300.0,
+    said: list[str] | None = None,
+) -> CheckpointWatcher:
     (tmp_path / "output-checkpoint").mkdir(exist_ok=True)
     return CheckpointWatcher(
         client,  # type: ignore[arg-type]
@@ -54,6 +61,8 @@ def watcher(tmp_path: Path, client: RecordingClient, stable_for: float = 0.2) ->
         tmp_path / "output-checkpoint",
         stable_for=stable_for,
         interval=0.05,
+        recheck_for=recheck_for,
+        say=None if said is None else said.append,
     )
 
 
@@ -132,3 +141,79 @@ def test_a_checkpoint_not_uploaded_because_the_agent_shut_down_is_not_given_up(
     client.away = False
     watch.scan(final=True)  # as the restarted agent's watcher does
     assert client.names == ["checkpoint-1"]
+
+
+def test_a_checkpoint_written_in_stages_is_uploaded_again_whole_and_the_log_says_so(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    said: list[str] = []
+    watch = watcher(tmp_path, client, said=said)
+    watch.start()
+    staged = tmp_path / "output-checkpoint" / "checkpoint-1"
+    staged.mkdir()
+    (staged / "model.bin").write_bytes(b"model")
+    wait_for(lambda: client.names == ["checkpoint-1"])
+    (staged / "optimizer.bin").write_bytes(b"optimizer")  # the rest, after a pause
+    wait_for(lambda: len(client.uploads) == 2)
+    time.sleep(0.4)  # several more scans: nothing new
+    watch.finish()
+    assert client.uploads == [
+        ("checkpoint-1", {"model.bin": b"model"}),
+        ("checkpoint-1.v2", {"model.bin": b"model", "optimizer.bin": b"optimizer"}),
+    ]
+    assert watch.uploaded == ["checkpoint-1", "checkpoint-1.v2"]
+    assert said == [
+        "[agent] checkpoint checkpoint-1 changed after it was uploaded as checkpoint-1 (nothing "
+        "had changed in it for 0.2 s): uploaded again, whole, as checkpoint-1.v2. Write each "
+        "checkpoint under a name that starts with tmp- and rename it once complete, so it is "
+        "uploaded once"
+    ]
+
+
+def test_a_checkpoint_that_changed_after_its_upload_is_uploaded_again_when_the_job_ends(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    said: list[str] = []
+    watch = watcher(tmp_path, client, recheck_for=0.0, said=said)  # looked at only at the end
+    watch.start()
+    staged = tmp_path / "output-checkpoint" / "final.pt"
+    staged.write_bytes(b"half")
+    wait_for(lambda: client.names == ["final.pt"])
+    (tmp_path / "output-checkpoint" / "final.pt.v2").write_bytes(b"the job's own")
+    staged.write_bytes(b"whole")
+    wait_for(lambda: len(client.uploads) == 2)
+    time.sleep(0.4)  # final.pt is not looked at again before the end
+    assert client.names == ["final.pt", "final.pt.v2"]
+    watch.finish()
+    assert client.uploads == [
+        ("final.pt", {"final.pt": b"half"}),
+        ("final.pt.v2", {"final.pt.v2": b"the job's own"}),
+        ("final.pt.v3", {"final.pt": b"whole"}),
+    ]
+    assert len(said) == 1 and "checkpoint final.pt changed" in said[0]
+    assert "uploaded again, whole, as final.pt.v3" in said[0]
+
+
+def test_a_checkpoint_renamed_into_place_is_uploaded_once_and_one_deleted_is_not_missed(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    said: list[str] = []
+    watch = watcher(tmp_path, client, said=said)
+    watch.start()
+    root = tmp_path / "output-checkpoint"
+    partial = root / "tmp-checkpoint-2"
+    partial.mkdir()
+    (partial / "model.bin").write_bytes(b"model")
+    time.sleep(0.4)  # a pause longer than stable_for: still not taken
+    (partial / "optimizer.bin").write_bytes(b"optimizer")
+    partial.rename(root / "checkpoint-2")
+    wait_for(lambda: client.uploads)
+    time.sleep(0.4)
+    (root / "checkpoint-2" / "model.bin").unlink()  # rotated away, as trainers do
+    (root / "checkpoint-2" / "optimizer.bin").unlink()
+    (root / "checkpoint-2").rmdir()
+    watch.finish()
+    assert client.uploads == [
+        ("checkpoint-2", {"model.bin": b"model", "optimizer.bin": b"optimizer"})
+    ]
+    assert said == []

@@ -1,6 +1,6 @@
 """A job's entry point through the shim: its output in the log file, its exit code in a file,
-every process of the job ended on a stop (a setsid escapee too), and found again by an agent
-that restarted."""
+every process of the job ended on a stop (a setsid escapee too) with one SIGTERM each, and found
+again by an agent that restarted."""
 
 from __future__ import annotations
 
@@ -26,6 +26,28 @@ child += "os.write(1, b'ESCAPED %d\\\\n' % os.getpid()); time.sleep(600)"
 subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
 os.write(1, b"PID %d\\n" % os.getpid())
 time.sleep(600)
+"""
+
+# Counts the SIGTERMs its process receives: each delivery writes a byte to the wakeup pipe, even
+# one that arrives before the handler ran for the one before. "parent" starts a "child" in its
+# process group and an "escapee" in a session of its own. Each prints "READY <role>", waits for
+# a SIGTERM, saves for a second (a checkpoint) while more could come, prints "SIGTERMS <role> N".
+COUNTS_SIGTERMS = """
+import os, select, signal, subprocess, sys, time
+role = sys.argv[1]
+read, write = os.pipe()
+os.set_blocking(write, False)
+signal.set_wakeup_fd(write)
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
+if role == "parent":
+    for other in ("child", "escapee"):
+        subprocess.Popen([sys.executable, __file__, other], start_new_session=other == "escapee")
+os.write(1, f"READY {role}\\n".encode())  # one write: the three share the log
+select.select([read], [], [])
+time.sleep(1.0)
+os.set_blocking(read, False)
+terms = os.read(read, 100).count(bytes([signal.SIGTERM]))
+os.write(1, f"SIGTERMS {role} {terms}\\n".encode())
 """
 
 
@@ -98,6 +120,24 @@ def test_an_entry_point_that_obeys_sigterm_is_recorded_as_killed_by_it(
     wait_until(lambda: len(pids(dirs, "PID")) == 3)
     assert run.end(grace=10) == []
     assert run.returncode() == -15
+
+
+def test_each_process_of_the_job_receives_one_sigterm_on_a_stop_not_two(
+    dirs: JobDirs, launch: Launch, tmp_path: Path
+) -> None:
+    script = tmp_path / "counts_sigterms.py"
+    script.write_text(COUNTS_SIGTERMS)
+    run = launch(dirs, sys.executable, str(script), "parent")
+    wait_until(lambda: _words(dirs, "READY") == 3)
+    assert run.end(grace=10) == []
+    counts = sorted(line for line in dirs.log_file.read_text().splitlines()
+                    if line.startswith("SIGTERMS "))  # fmt: skip
+    assert counts == ["SIGTERMS child 1", "SIGTERMS escapee 1", "SIGTERMS parent 1"]
+    assert run.returncode() == 0  # it saved, then exited by itself
+
+
+def _words(dirs: JobDirs, word: str) -> int:
+    return sum(line.startswith(f"{word} ") for line in dirs.log_file.read_text().splitlines())
 
 
 def test_an_agent_that_restarted_finds_the_running_job_and_can_end_it(

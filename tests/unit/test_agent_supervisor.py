@@ -766,3 +766,29 @@ def test_a_job_with_no_process_and_no_exit_code_is_reported_lost(
         "node_id": "node-1", "node_index": 0, "type": "failed", "code": "node_lost",
         "message": message,
     }  # fmt: skip
+
+
+STAGED_CHECKPOINT = """
+import os, pathlib, time
+checkpoint = pathlib.Path(os.environ["FLEXAI_OUTPUT_CHECKPOINT_DIR"], "checkpoint-1")
+checkpoint.mkdir()
+(checkpoint / "model.bin").write_bytes(b"model")
+time.sleep(1.5)  # computing the optimizer's state: longer than the agent waits for quiet
+(checkpoint / "optimizer.bin").write_bytes(b"optimizer")
+"""
+
+
+def test_a_checkpoint_written_in_stages_reaches_the_store_whole_and_the_log_says_so(
+    tmp_path: Path, plane: FakeControlPlane
+) -> None:
+    url, _ = repo_and_commit(tmp_path, STAGED_CHECKPOINT)
+    supervise(tmp_path, plane, url).join(60)
+    assert plane.reports("job-1") == ["built", "exited"]
+    uploads = [event[2:] for event in plane.events if event[0] == "checkpoint"]
+    assert uploads == [
+        ("checkpoint-1", {"model.bin": b"model"}),
+        ("checkpoint-1.v2", {"model.bin": b"model", "optimizer.bin": b"optimizer"}),
+    ]
+    assert "[agent] checkpoint checkpoint-1 changed after it was uploaded as checkpoint-1" in (
+        plane.log_text("job-1")
+    )
