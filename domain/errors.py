@@ -21,6 +21,19 @@ class IllegalTransition(DomainError):
         )
 
 
+class JobNotStoppable(IllegalTransition):
+    """A stop of a job that is stopping already, or has ended: says what to do instead."""
+
+    def __init__(self, name: str, current: Status) -> None:
+        super().__init__(name, current, Status.STOP_IN_PROGRESS)
+        if current == Status.STOP_IN_PROGRESS:
+            self.args = (f"job '{name}' is '{current}' already: wait until it is 'stopped' "
+                         f"(`flexai training inspect {name}` shows its status)",)  # fmt: skip
+        else:
+            self.args = (f"{self}: it has ended, so there is nothing to stop (`flexai "
+                         f"training delete {name}` takes it off the list)",)  # fmt: skip
+
+
 class InvalidJobSpec(DomainError):
     """A value out of its bounds; ``field`` names it for the API's problem details."""
 
@@ -48,9 +61,13 @@ class NameTaken(DomainError):
 class JobNotTerminal(DomainError):
     def __init__(self, name: str, status: Status) -> None:
         self.status = status
+        if status == Status.STOP_IN_PROGRESS:
+            advice = (f"its stop is under way: wait until it is 'stopped' (`flexai training "
+                      f"inspect {name}`), then delete it")  # fmt: skip
+        else:
+            advice = f"stop it first (`flexai training stop {name}`)"
         super().__init__(
-            f"job '{name}' is '{status}' and only a finished job can be deleted; "
-            f"stop it first (`flexai training stop {name}`)"
+            f"job '{name}' is '{status}' and only a finished job can be deleted; {advice}"
         )
 
 

@@ -27,6 +27,7 @@ from domain.errors import (
     IllegalTransition,
     JobDeleted,
     JobNotRunning,
+    JobNotStoppable,
     JobNotTerminal,
 )
 from domain.job_state import JobState
@@ -121,7 +122,7 @@ LIFECYCLE: tuple[Row, ...] = (
     Row("NodeYielded", _from(Status.IN_PROGRESS), toward=Status.ENQUEUED, guard=PREEMPTING),
     Row("Preempted", _from(Status.IN_PROGRESS), Status.ENQUEUED, guard=PREEMPTING),
     Row("Retried", _from(Status.IN_PROGRESS), Status.SCHEDULING, guard=RETRIES_LEFT),
-    Row("StopRequested", STOPPABLE, Status.STOP_IN_PROGRESS),
+    Row("StopRequested", STOPPABLE, Status.STOP_IN_PROGRESS, refusal=JobNotStoppable),
     Row("NodeStopped", _from(Status.STOP_IN_PROGRESS), toward=Status.STOPPED),
     Row("Stopped", _from(Status.STOP_IN_PROGRESS), Status.STOPPED),
     Row("StopFailed", _from(Status.STOP_IN_PROGRESS), Status.STOP_FAILED),

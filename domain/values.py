@@ -294,8 +294,26 @@ def check_secrets(secrets: Any, field: str = "secrets") -> dict[str, str]:
             for key, value in checked.items()}  # fmt: skip
 
 
+PLATFORM_VARIABLES = frozenset({
+    "CUDA_VISIBLE_DEVICES", "VIRTUAL_ENV", "PYTHONUNBUFFERED", "HOME", "XDG_CONFIG_HOME",
+    "NODE_RANK", "NNODES", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+})  # fmt: skip
+"""The variables the node sets for every job (with every ``FLEXAI_`` one): a job's own value
+would be overridden, so it is refused rather than dropped without a word."""
+
+
 def check_no_shared_variables(env: Mapping[str, Any], secrets: Mapping[str, Any]) -> None:
-    """A variable comes from ``--env`` or from ``--secret``, never both."""
+    """A variable comes from ``--env`` or from ``--secret``, never both, and never from either
+    when the node sets it (:data:`PLATFORM_VARIABLES`)."""
+    for field, names in (("env", env), ("secrets", secrets)):
+        taken = sorted(name for name in names
+                       if name in PLATFORM_VARIABLES or name.startswith("FLEXAI_"))  # fmt: skip
+        if taken:
+            raise InvalidValue(
+                f"{field}.{taken[0]}", "is set by the platform on every node (the job's "
+                "accelerators, directories and rendezvous): read it in the job instead of "
+                "setting it, or name your variable otherwise",
+            )  # fmt: skip
     both = sorted(set(env) & set(secrets))
     if both:
         raise InvalidValue(
@@ -318,8 +336,9 @@ def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]
     if len(entry_point) > MAX_ARGUMENTS:
         raise InvalidValue(field, f"has {len(entry_point)} parts; at most {MAX_ARGUMENTS}")
     return [check_text(part, f"{field}[{i}]", max_length=MAX_ARGUMENT, multiline=True,
-                       required=i > 0)
+                       required=i == 0)
             for i, part in enumerate(entry_point)]  # fmt: skip
+    # The program must be named; an argument may be empty (`train.py --tag ''`).
 
 
 SPEC_FIELDS = {

@@ -180,24 +180,13 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "node_id": None,
         "commit": None,
         "accelerators": [],
-        "created_at": at,
-        "updated_at": at,
-        "started_at": None,
-        "ended_at": None,
+        "created_at": at, "updated_at": at, "started_at": None, "ended_at": None,
         "deleted_at": None,
-        "failure": None,
-        "stop": None,
-        "logs_unavailable": None,
-        "outputs": [],
-        "placements": [],
-        "rendezvous": None,
-        "waiting_on": [],
-        "attempt": 1,
-        "attempts": [],
-        "preemption": None,
-        "last_checkpoint_id": None,
+        "failure": None, "stop": None, "logs_unavailable": None, "outputs": [],
+        "placements": [], "rendezvous": None, "waiting_on": [],
+        "attempt": 1, "attempts": [], "preemption": None, "last_checkpoint_id": None,
         "history": [],
-    }
+    }  # fmt: skip
 
 
 def _node_assigned(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -262,7 +251,15 @@ def _build_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> N
 
 
 def _stop_requested(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    document["stop"] = {"requested_at": at, "from_status": facts["stopping_from"]}
+    document["stop"] = {
+        "requested_at": at, "from_status": facts["stopping_from"], "requested_by": facts["by"],
+        "accelerators_allocated": bool(document.get("accelerators")),
+    }  # fmt: skip
+
+
+def _stop_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    _failed(document, facts, at)
+    document["stop"] = {**(document["stop"] or {}), "reason": facts["message"]}
 
 
 def _stopped(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -311,7 +308,7 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "BuildFailed": _build_failed,
     "Rejected": _failed,
     "Failed": _failed,
-    "StopFailed": _failed,
+    "StopFailed": _stop_failed,
     "StopRequested": _stop_requested,
     "Stopped": _stopped,
     "LogsUnavailable": _logs_unavailable,
@@ -331,7 +328,9 @@ def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> No
             close_attempt(document, at, status.value)
     folder = FOLDERS.get(name)
     if folder is not None:
-        folder(document, facts, at)
+        # A stop's folder also reads who asked for it.
+        folder(document, {**facts, "by": domain_event.by} if name == "StopRequested" else facts,
+               at)  # fmt: skip
     document["updated_at"] = at
     document["history"].append(
         {

@@ -3,7 +3,8 @@ and each keeps its own logs and outputs (:func:`api.artifacts.store.attempt_job_
 
 Agents name the attempt their bytes are of (``attempt``, 1 when absent); users name the one
 they want to read (default: the job's current attempt for logs, the last one that recorded
-outputs for outputs). An attempt the job has not had is a 404 problem naming those it has.
+outputs for outputs). An attempt the job has not had is a 404 problem naming those it has; so is a
+node the job does not run on.
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def chosen_attempt(document: dict[str, Any], attempt: int | None, default: int |
             attempts=list(range(1, last + 1)),
         )  # fmt: skip
     return attempt
+
+
+def chosen_node(document: dict[str, Any], node_index: int) -> int:
+    """``node_index`` when the job runs on that node; a 404 problem naming its nodes otherwise
+    (a one-node job has node 0 only)."""
+    nodes = max(len(document.get("placements") or []), int(document.get("nodes") or 1))
+    if node_index >= nodes:
+        which = "node 0 only" if nodes == 1 else f"nodes 0 to {nodes - 1}"
+        raise Problem(
+            404, "node-not-found", "No such node",
+            f"job '{document['name']}' runs on {which}, not node {node_index}: name one of "
+            "those, or leave the node index out",
+            nodes=nodes,
+        )  # fmt: skip
+    return node_index
 
 
 def output_attempt(document: dict[str, Any], output: dict[str, Any]) -> int:

@@ -16,7 +16,13 @@ from fastapi import Path, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
 from api.artifacts.store import ArtifactStore, output_key
-from api.http.attempts import chosen_attempt, current_attempt, output_attempt, outputs_attempt
+from api.http.attempts import (
+    chosen_attempt,
+    chosen_node,
+    current_attempt,
+    output_attempt,
+    outputs_attempt,
+)
 from api.http.problems import Problem
 from api.services import Services
 from domain.statuses import TERMINAL
@@ -90,6 +96,7 @@ def output_answer(
             f"(`flexai training history {name} --all`)", purged_at=purged["at"],
         )  # fmt: skip
     chosen = chosen_attempt(document, attempt, default=outputs_attempt(document))
+    chosen_node(document, node_index)
     recorded = next((output for output in document.get("outputs") or []
                      if output["node_index"] == node_index
                      and output_attempt(document, output) == chosen), None)  # fmt: skip
@@ -117,6 +124,12 @@ def output_answer(
             f"attempt {chosen} of job '{name}' left no output for node {node_index}; "
             f"attempt {current_attempt(document)} is the job's current one",
             attempt=chosen,
+        )  # fmt: skip
+    if document["status"] in TERMINAL:  # it ended before its entry point ran
+        raise Problem(
+            404, "not-found", "No output",
+            f"job '{name}' ({document['status']}) ended before its entry point ran, so it has "
+            f"no output: `flexai training inspect {name}` says why",
         )  # fmt: skip
     raise Problem(
         404, "not-found", "No output yet",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventsourcing.persistence import MapperDeserialisationError
@@ -308,11 +308,39 @@ def _field(location: Sequence[Any], source: bool) -> str:
     return ".".join(str(part) for part in parts) or str(location[0] if source else "body")
 
 
+PLAIN = {
+    "missing": "is required", "extra_forbidden": "is not a field of this request",
+    "greater_than_equal": "must be at least {ge}", "less_than_equal": "must be at most {le}",
+    "greater_than": "must be more than {gt}", "less_than": "must be less than {lt}",
+    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number", "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false", "string_type": "must be text",
+    "string_too_short": "must have at least {min_length} characters",
+    "string_too_long": "must have at most {max_length} characters",
+    "too_short": "must have at least {min_length} items",
+    "too_long": "must have at most {max_length} items", "literal_error": "must be {expected}",
+    "string_pattern_mismatch": "must match {pattern}",
+}  # fmt: skip
+"""Pydantic's error types in the words of the rest of the API (``must be at most 3600``, not
+``Input should be less than or equal to 3600``)."""
+
+
+def plain(error: Mapping[str, Any]) -> str:
+    """One validation error's message: our own checks' words as they raised them."""
+    wording, context = PLAIN.get(str(error.get("type"))), error.get("ctx") or {}
+    if error.get("type") == "value_error":
+        return str(context.get("error") or error["msg"])
+    try:
+        return wording.format(**context) if wording else str(error["msg"])
+    except (KeyError, IndexError):
+        return str(error["msg"])
+
+
 def invalid_values(errors: Sequence[Any], title: str, what: str, source: bool = True) -> Problem:
     """Pydantic's validation errors as one 422, whose ``field`` names the first invalid value
     (and ``fields`` all of them, when there are several)."""
     fields = [_field(item["loc"], source) for item in errors] or ["body"]
-    details = "; ".join(f"{field}: {item['msg']}"
+    details = "; ".join(f"{field}: {plain(item)}"
                         for field, item in zip(fields, errors, strict=False)) or "body: invalid"
     problem = Problem(422, "invalid-request", title,
                       f"{what} is invalid: {details}; fix it and send it again",

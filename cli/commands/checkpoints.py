@@ -19,18 +19,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client.api import ApiClient
+    from cli.client.api import TERMINAL_STATUSES, ApiClient
     from cli.output.formats import render_json
     from cli.output.tables import render_checkpoints_table
 
     with ApiClient.from_config(owner=args.owner) as client:
         answer = client.list_checkpoints(args.name)
+        checkpoints = answer.get("checkpoints") or []
+        # None: it has some, or the answer is JSON (a script reads the list).
+        status = None if checkpoints or args.json else str(client.get_job(args.name)["status"])
     if args.json:
         print(render_json(answer))
-        return 0
-    checkpoints = answer.get("checkpoints") or []
-    if not checkpoints:
-        print(f"Training job {args.name} has no checkpoints yet.")
-        return 0
-    print(render_checkpoints_table(checkpoints))
+    elif status in TERMINAL_STATUSES:
+        print(f"Training job {args.name} ({status}) wrote no checkpoints.")
+    elif status is not None:
+        print(f"Training job {args.name} ({status}) has no checkpoints yet: they appear as its "
+              "entry point writes them.")  # fmt: skip
+    else:
+        print(render_checkpoints_table(checkpoints))
     return 0

@@ -18,7 +18,9 @@ fetches them, until an admin purges them (`flexai admin purge`: then it says whe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,26 +77,58 @@ def execute(args: argparse.Namespace) -> int:
     if (args.name is None) == (args.job_id is None):
         raise UsageError("give the job's NAME or --id JOB_ID (one of them)",
                          prog="flexai training fetch")  # fmt: skip
-    directory: Path = args.output_dir
-    directory.mkdir(parents=True, exist_ok=True)
     with ApiClient.from_config(owner=args.owner) as client:
         indices = [args.node_index]
         if args.node_index is None:
             job = (client.get_job(args.name) if args.job_id is None
                    else client.audit_state(args.job_id))  # fmt: skip
             indices = list(range(max(len(job.get("placements") or []), 1)))
-        for index in indices:
-            _download(client, args, index, directory)
+        with _directory(args.output_dir) as directory:
+            for index in indices:
+                _download(client, args, index, directory)
     return 0
 
 
+@contextlib.contextmanager
+def _directory(directory: Path) -> Iterator[Path]:
+    """``--output-dir``, made if missing (and taken away again if nothing came into it)."""
+    from cli.errors import CliError
+
+    if directory.exists() and not directory.is_dir():
+        raise CliError(f"--output-dir {directory} is a file, not a directory: name a directory "
+                       "(it is made if missing)")  # fmt: skip
+    made = [folder for folder in [directory, *directory.parents] if not folder.exists()]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CliError(f"cannot make --output-dir {directory}: {error.strerror or error}; "
+                       "name a directory you can write to") from None  # fmt: skip
+    try:
+        yield directory
+    except BaseException:
+        for folder in made:  # innermost first
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
+        raise
+
+
 def _download(client: Any, args: argparse.Namespace, index: int, directory: Path) -> None:
+    from cli.errors import CliError
     from cli.output.formats import format_size
 
     target = (directory / f"output_{index}.zip").resolve()
-    if args.job_id is not None:
-        fetched = client.fetch_output_by_id(args.job_id, index, target, args.attempt)
-    else:
-        fetched = client.fetch_output(args.name, index, target, args.attempt)
+    if target.is_dir():
+        raise CliError(f"{target} is a directory, where the archive would go: move it away, or "
+                       "fetch into another --output-dir")  # fmt: skip
+    try:
+        if args.job_id is not None:
+            fetched = client.fetch_output_by_id(args.job_id, index, target, args.attempt)
+        else:
+            fetched = client.fetch_output(args.name, index, target, args.attempt)
+    except OSError as error:
+        raise CliError(f"cannot write {target}: {error.strerror or error}; free the place (or "
+                       "the space) and run the same fetch again: it resumes where it stopped"
+                       ) from None  # fmt: skip
     checked = f", SHA-256 {fetched.sha256}" if fetched.verified else ""
     print(f"Downloaded {target} ({format_size(fetched.size)}, {fetched.size} bytes{checked})")

@@ -17,7 +17,7 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from cli.commands import add_attempt_flag, add_name, add_owner_flag
 
@@ -38,30 +38,69 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from cli.client.api import ApiClient
 
-    out = sys.stdout.buffer
+    out = Counted(sys.stdout.buffer)
     told = NextAttempt()
     with ApiClient.from_config(owner=args.owner) as client:
         if args.node_index is not None:
             _copy(client.iter_logs(args.name, follow=args.follow, node_index=args.node_index,
                                    attempt=args.attempt, moved_on=told), out)  # fmt: skip
-            return 0
-        job = client.get_job(args.name)
-        nodes = max(len(job.get("placements") or []), int(job.get("nodes") or 1))
-        # Every node's stream reads the same attempt, even if the job moves on meanwhile.
-        attempt = args.attempt if args.attempt is not None else job.get("attempt")
-        if nodes == 1:
-            _copy(client.iter_logs(args.name, follow=args.follow, attempt=args.attempt,
-                                   moved_on=told), out)  # fmt: skip
-        elif not args.follow:
-            for index in range(nodes):
-                prefix = Prefixer(index)
-                for chunk in client.iter_logs(args.name, node_index=index, attempt=attempt):
-                    out.write(prefix.lines(chunk))
-                out.write(prefix.rest())
-            out.flush()
         else:
-            _follow_all(client, args.name, nodes, out, attempt, told)
+            _every_node(client, args, out, told)
+        if not out.written:
+            _say_why_empty(client, args.name)
     return 0
+
+
+def _every_node(client: Any, args: argparse.Namespace, out: Output, told: NextAttempt) -> None:
+    job = client.get_job(args.name)
+    nodes = max(len(job.get("placements") or []), int(job.get("nodes") or 1))
+    # Every node's stream reads the same attempt, even if the job moves on meanwhile.
+    attempt = args.attempt if args.attempt is not None else job.get("attempt")
+    if nodes == 1:
+        _copy(client.iter_logs(args.name, follow=args.follow, attempt=args.attempt,
+                               moved_on=told), out)  # fmt: skip
+    elif not args.follow:
+        for index in range(nodes):
+            prefix = Prefixer(index)
+            for chunk in client.iter_logs(args.name, node_index=index, attempt=attempt):
+                out.write(prefix.lines(chunk))
+            out.write(prefix.rest())
+        out.flush()
+    else:
+        _follow_all(client, args.name, nodes, out, attempt, told)
+
+
+def _say_why_empty(client: Any, name: str) -> None:
+    """An empty log, explained on stderr (stdout stays the log's bytes: none)."""
+    from cli.client.api import TERMINAL_STATUSES
+
+    status = str(client.get_job(name).get("status"))
+    if status in TERMINAL_STATUSES:
+        print(f"training job {name} ({status}) left no log lines: it ended before its node "
+              f"wrote any; `flexai training inspect {name}` says why", file=sys.stderr)
+    else:
+        print(f"training job {name} ({status}) has no log lines yet; follow them with "
+              f"`flexai training logs {name} --follow`", file=sys.stderr)
+
+
+class Output(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class Counted:
+    """A binary output that counts the bytes written to it."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out, self.written = out, 0
+
+    def write(self, data: bytes) -> int:
+        self.written += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 class NextAttempt:
@@ -86,7 +125,7 @@ class NextAttempt:
               file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _copy(chunks: Iterator[bytes], out: BinaryIO) -> None:
+def _copy(chunks: Iterator[bytes], out: Output) -> None:
     for chunk in chunks:
         out.write(chunk)
         out.flush()
@@ -110,7 +149,7 @@ class Prefixer:
         return self.tag + rest + b"\n" if rest else b""
 
 
-def _follow_all(client: Any, name: str, nodes: int, out: BinaryIO, attempt: int | None,
+def _follow_all(client: Any, name: str, nodes: int, out: Output, attempt: int | None,
                 told: NextAttempt) -> None:  # fmt: skip
     """Every node's stream in a thread of its own; lines are written whole, as they come."""
     chunks: queue.Queue[tuple[int, bytes | BaseException | None]] = queue.Queue()

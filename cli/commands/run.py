@@ -8,7 +8,8 @@ executable, followed by its arguments.
 Inside the job FLEXAI_OUTPUT_DIR (fetched with `flexai training fetch`),
 FLEXAI_OUTPUT_CHECKPOINT_DIR (each file or directory written there becomes a checkpoint),
 FLEXAI_INPUT_CHECKPOINT_DIR (the --checkpoint) and FLEXAI_INPUT_DIR (the --dataset's) are set,
-with the --env and --secret variables and CUDA_VISIBLE_DEVICES.
+with the --env and --secret variables and CUDA_VISIBLE_DEVICES (and torchrun's NODE_RANK,
+NNODES, WORLD_SIZE, MASTER_ADDR, ...): the node sets those, so --env cannot.
 
 On a shared fleet --priority orders the jobs waiting for the same accelerators; a preemptible
 job (--preemptible, the default for low priority) may be stopped for a high-priority one and
@@ -45,6 +46,7 @@ NAME_RULE = (
     "and starts and ends with a letter or digit"
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,61}[A-Za-z0-9]$")
+_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCP_LIKE = re.compile(r"^[^/:]+:")  # git's `host:path` / `user@host:path` form
 MISSING_ENTRY_POINT = (
@@ -68,8 +70,9 @@ def split_entry_point(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 
 def job_name(value: str) -> str:
-    """An argparse type: a job name that follows the naming rule."""
-    if not _NAME.match(value):
+    """An argparse type: a job name, or a sweep's stem (its jobs are NAME-1, ...): letters,
+    digits, '-' and '_', from a letter or digit on. :func:`build_job` checks the whole rule."""
+    if not _STEM.match(value):
         raise argparse.ArgumentTypeError(f"invalid job name {value!r}: {NAME_RULE}")
     return value
 
@@ -278,6 +281,9 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         raise UsageError(
             f"{', '.join(both)} is given both with --env and --secret", prog="flexai training run"
         )
+    if not getattr(args, "sweep", None) and not _NAME.match(args.name):
+        raise UsageError(f"invalid job name {args.name!r}: {NAME_RULE} (a --sweep's NAME is "
+                         "the stem of its jobs' names, NAME-1, ...)", prog="flexai training run")
     if len(set(args.dataset)) != len(args.dataset):
         raise UsageError("a --dataset is given twice", prog="flexai training run")
     job: dict[str, Any] = {
@@ -318,6 +324,9 @@ def execute(args: argparse.Namespace) -> int:
     name = created.get("name", job["name"])
     out = sys.stdout
     out.write(f"Training job {name} started: status {created.get('status', 'pending')}.\n")
+    pinned = (created.get("spec") or {}).get("input_checkpoint_id")
+    if pinned and pinned != job.get("checkpoint"):  # a name: which checkpoint it named
+        out.write(f"It starts from checkpoint {pinned}, the newest named {job['checkpoint']}.\n")
     out.write(f"Follow its logs:  flexai training logs {name} --follow\n")
     out.write(f"Inspect it:       flexai training inspect {name}\n")
     return 0

@@ -44,9 +44,13 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     stop = job.get("stop")
     if stop:
         detail["stop"] = {
+            "requested": format_timestamp(stop.get("requested_at")),
+            "by": format_by(stop.get("requested_by")),
+            "from status": stop.get("from_status"),
             "accelerators allocated": stop.get("accelerators_allocated"),
-            "reason": stop.get("reason"),
         }
+        if stop.get("reason"):  # why the stop failed
+            detail["stop"]["reason"] = stop["reason"]
         if stop.get("exit_code") is not None:  # the entry point ended as the stop came
             detail["stop"]["exit code"] = stop["exit_code"]
     waiting = job.get("waiting")

@@ -68,8 +68,18 @@ def test_an_invalid_body_is_a_422_problem_naming_the_field(
     assert "accels" in body["detail"] and "repository_url" in body["detail"]
     assert set(body["fields"]) == {"repository_url", "entry_point", "accels"}
     assert body["field"] == body["fields"][0]
+    assert "accels: must be at least 1" in body["detail"]
+    assert "repository_url: is required" in body["detail"]
     one = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "a"})
-    assert assert_problem(one, 422, "invalid-request")["field"] == "name"
+    said = assert_problem(one, 422, "invalid-request")
+    assert said["field"] == "name" and "name: 'a' is not valid: use 3 to 63" in said["detail"]
+    worded = client.post("/v1/jobs", headers=headers, json={
+        **SPEC, "name": "ok-name", "time_limit_s": 10**9, "priority": "mid", "nodes": "two"})
+    detail = assert_problem(worded, 422, "invalid-request")["detail"]
+    assert "time_limit_s: must be at most 31622400" in detail
+    assert "priority: must be 'low', 'normal' or 'high'" in detail
+    assert "nodes: must be a whole number" in detail
+    assert "Input should" not in detail and "Value error" not in detail
     env = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "ok-name",
                                                          "env": {"KEY": "x\x00y"}})  # fmt: skip
     assert assert_problem(env, 422, "invalid-request")["field"] == "env"

@@ -158,6 +158,34 @@ def test_an_attempt_the_job_never_had_is_a_404_problem_naming_those_it_had(api: 
     assert_problem(refused, 422, "invalid-request")
 
 
+def test_a_node_the_job_does_not_run_on_is_a_404_problem_naming_its_nodes(api: Api) -> None:
+    job_id = retrying_job(api)  # one node
+    ship(api, job_id, 0, FIRST_LOG)
+    for answer in (logs(api, node_index=1), logs(api, node_index=5, follow="true"),
+                   api.client.get("/v1/jobs/trainer/outputs/1", headers=api.user)):  # fmt: skip
+        problem = assert_problem(answer, 404, "node-not-found")
+        assert problem["nodes"] == 1
+        assert "runs on node 0 only" in problem["detail"]
+    assert logs(api, node_index=0).content == FIRST_LOG
+
+
+def test_a_job_that_ended_before_it_ran_has_no_output_and_is_not_told_to_wait(
+    api: Api,
+) -> None:
+    submitted = api.client.post("/v1/jobs", headers=api.user, json={**SPEC, "name": "early"})
+    assert submitted.status_code == 201, submitted.text
+    waiting = api.client.get("/v1/jobs/early/outputs/0", headers=api.user)
+    assert "no output for node 0 yet" in assert_problem(waiting, 404, "not-found")["detail"]
+    stopped = api.client.post("/v1/jobs/early/stop", headers=api.user)
+    assert stopped.status_code == 202 and stopped.json()["status"] == "stopped", stopped.text
+
+    problem = assert_problem(api.client.get("/v1/jobs/early/outputs/0", headers=api.user), 404,
+                             "not-found")  # fmt: skip
+    assert problem["title"] == "No output"
+    assert "(stopped) ended before its entry point ran" in problem["detail"]
+    assert "yet" not in problem["detail"]
+
+
 def fetched(api: Api, **params: Any) -> httpx.Response:
     query = "".join(f"?attempt={value}" for value in params.values())
     return api.download(f"/v1/jobs/trainer/outputs/0{query}", api.user)

@@ -166,7 +166,7 @@ def test_an_agent_log_offset_out_of_range_is_a_422_and_nothing_is_appended(api: 
 @pytest.mark.parametrize(
     ("query", "slug", "says"),
     [
-        ({"version": "9" * 30}, "invalid-request", "version: Input should be less than"),
+        ({"version": "9" * 30}, "invalid-request", "version: must be at most"),
         ({"version": str(-(2**63))}, "version-out-of-range", "from 1 to"),
         ({"at": "9999-12-31T23:59:59-14:00"}, "invalid-request", "at: 9999-12-31T23:59:59-14:00"),
         ({"at": "0001-01-01T00:00:00+14:00"}, "invalid-request", "at: 0001-01-01T00:00:00+14:00"),

@@ -163,6 +163,21 @@ def test_a_job_stopped_while_in_progress_shows_its_accelerators_were_released(
     assert document["accelerators"] == []
 
 
+def test_a_stop_that_failed_shows_who_asked_the_accelerators_it_held_and_why(
+    lifecycle: Lifecycle, views: Replica
+) -> None:
+    projector, queries = views
+    job_id = lifecycle.in_progress("resnet-50", accels=2)
+    lifecycle.app.request_stop(job_id, by=user("alice"))
+    lifecycle.report(job_id, "stop_failed", message="1 process survived SIGKILL: pid 42")
+    projector.catch_up()
+    document = queries.job(str(job_id))
+    assert document is not None and document["status"] == "stop failed"
+    assert document["stop"]["requested_by"] == {"kind": "user", "id": "alice"}
+    assert document["stop"]["accelerators_allocated"] is True
+    assert document["stop"]["reason"] == "1 process survived SIGKILL: pid 42"
+
+
 def test_a_checkpoint_is_listed_and_leaves_the_status_as_it_was(
     lifecycle: Lifecycle, views: Replica
 ) -> None:

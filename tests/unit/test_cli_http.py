@@ -171,6 +171,20 @@ def test_run_posts_the_job_with_the_token_and_says_how_to_follow_it(
     assert body["entry_point"] == ["train.py", "-x"]
 
 
+def test_run_from_a_checkpoint_name_says_which_checkpoint_it_pinned(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("POST", "/v1/jobs", 201, job_public(spec={"input_checkpoint_id": "c-42"}))
+    assert main(["training", "run", "my-job", "-u", str(tmp_path), "-C", "checkpoint-500",
+                 "--", "train.py"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "It starts from checkpoint c-42, the newest named checkpoint-500.\n" in out
+    plane.answer("POST", "/v1/jobs", 201, job_public(spec={"input_checkpoint_id": "c-42"}))
+    assert main(["training", "run", "my-job", "-u", str(tmp_path), "-C", "c-42",
+                 "--", "train.py"]) == 0  # fmt: skip
+    assert "It starts from" not in capsys.readouterr().out
+
+
 def test_run_json_prints_the_job_public_answer(
     plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -295,6 +309,23 @@ def test_checkpoints_prints_the_table(
     assert row.split()[:9] == ["c1", "checkpoint-10", "gpu-1", "10", "1.5", "-", "-", "-", "no"]
 
 
+@pytest.mark.parametrize(("status", "said"), [
+    ("running", "Training job my-job (running) has no checkpoints yet: they appear as its "
+                "entry point writes them."),
+    ("failed", "Training job my-job (failed) wrote no checkpoints."),
+    ("stopped", "Training job my-job (stopped) wrote no checkpoints."),
+])  # fmt: skip
+def test_no_checkpoints_says_whether_more_may_come(
+    plane: FakeControlPlane, capsys: pytest.CaptureFixture[str], status: str, said: str
+) -> None:
+    plane.answer("GET", "/v1/jobs/my-job/checkpoints", 200, {"checkpoints": []})
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": status})
+    assert main(["training", "checkpoints", "my-job"]) == 0
+    assert capsys.readouterr().out == said + "\n"
+    assert main(["training", "checkpoints", "my-job", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"checkpoints": []}
+
+
 def test_stop_prints_the_new_status(
     plane: FakeControlPlane, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -334,6 +365,23 @@ def test_logs_write_the_bytes_as_they_are(
     assert capsysbinary.readouterr().out == raw
     [logs] = [seen for seen in plane.seen if seen.path.endswith("/logs")]
     assert logs.query == {"offset": ["0"], "follow": ["false"]}
+
+
+@pytest.mark.parametrize(("status", "said"), [
+    ("rejected", "training job my-job (rejected) left no log lines: it ended before its node "
+                 "wrote any; `flexai training inspect my-job` says why"),
+    ("pending", "training job my-job (pending) has no log lines yet; follow them with "
+                "`flexai training logs my-job --follow`"),
+])  # fmt: skip
+def test_an_empty_log_is_explained_on_stderr_and_stdout_stays_empty(
+    plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes], status: str, said: str
+) -> None:
+    plane.answer("GET", "/v1/jobs/my-job/logs", 200, b"", "text/plain")
+    plane.answer("GET", "/v1/jobs/my-job", 200, {"status": status, "nodes": 1})
+    for flags in ([], ["--node-index", "0"]):
+        assert main(["training", "logs", "my-job", *flags]) == 0
+        captured = capsysbinary.readouterr()
+        assert captured.out == b"" and captured.err.decode() == said + "\n"
 
 
 def test_logs_of_a_multi_node_job_prefix_each_line_with_its_node_index(
@@ -463,6 +511,37 @@ def test_fetch_without_output_leaves_no_file(
     assert main(["training", "fetch", "my-job", "--output-dir", str(tmp_path)]) == 1
     assert one_error_line(capsys.readouterr().err) == "my-job has no output yet"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_of_a_job_that_is_not_there_makes_no_directory(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.problem("GET", "/v1/jobs/nope/outputs/0", 404, "job-not-found", "no job named nope")
+    plane.problem("GET", "/v1/jobs/nope", 404, "job-not-found", "no job named nope")
+    for index in ([], ["--node-index", "0"]):
+        code = main(["training", "fetch", "nope", *index, "-o", str(tmp_path / "new" / "dir")])
+        assert code == 1
+        assert one_error_line(capsys.readouterr().err) == "no job named nope"
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_fetch_into_a_file_or_onto_a_directory_says_so_and_writes_nothing(
+    plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plane.answer("GET", "/v1/jobs/my-job/outputs/0", 200, b"PK\x05\x06" + bytes(18),
+                 "application/zip")  # fmt: skip
+    (tmp_path / "a-file").write_text("mine")
+    assert main(["training", "fetch", "my-job", "--node-index", "0", "-o",
+                 str(tmp_path / "a-file")]) == 1  # fmt: skip
+    said = one_error_line(capsys.readouterr().err)
+    assert "a-file is a file, not a directory: name a directory" in said
+    (tmp_path / "out" / "output_0.zip").mkdir(parents=True)
+    assert main(["training", "fetch", "my-job", "--node-index", "0", "-o",
+                 str(tmp_path / "out")]) == 1  # fmt: skip
+    said = one_error_line(capsys.readouterr().err)
+    assert "output_0.zip is a directory, where the archive would go: move it away" in said
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["output_0.zip"]
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 def test_a_download_cut_short_again_and_again_leaves_no_half_file(

@@ -216,18 +216,31 @@ def test_inspect_view_shows_spec_failure_timestamps_and_history(utc: None) -> No
     ]  # fmt: skip
 
 
+STOP = {"requested_at": "2026-12-02T16:21:00+00:00", "from_status": "in progress",
+        "requested_by": {"kind": "user", "id": "alice"}}  # fmt: skip
+STOP_LINES = ("stop:\n  requested: 2026-12-02 16:21:00\n  by: user alice\n"
+              "  from status: in progress\n")  # fmt: skip
+
+
 def test_inspect_view_tells_whether_a_stopped_job_had_accelerators(utc: None) -> None:
     job = dict(SAMPLE_JOB, failure=None, status="stopped",
-               stop={"accelerators_allocated": False, "reason": None})  # fmt: skip
+               stop={**STOP, "accelerators_allocated": False})  # fmt: skip
     text = render_job(job)
     assert "failure:" not in text
-    assert "stop:\n  accelerators allocated: no\n  reason: -" in text
+    assert STOP_LINES + "  accelerators allocated: no\nspec:" in text
 
 
 def test_inspect_view_shows_the_exit_code_of_a_stop_that_raced_the_end(utc: None) -> None:
     job = dict(SAMPLE_JOB, failure=None, status="stopped",
-               stop={"accelerators_allocated": True, "reason": None, "exit_code": 0})  # fmt: skip
-    assert "stop:\n  accelerators allocated: yes\n  reason: -\n  exit code: 0" in render_job(job)
+               stop={**STOP, "accelerators_allocated": True, "exit_code": 0})  # fmt: skip
+    assert STOP_LINES + "  accelerators allocated: yes\n  exit code: 0" in render_job(job)
+
+
+def test_inspect_view_says_why_a_stop_failed(utc: None) -> None:
+    job = dict(SAMPLE_JOB, status="stop failed", stop={
+        **STOP, "accelerators_allocated": True, "reason": "2 processes survived SIGKILL"})
+    assert STOP_LINES + ("  accelerators allocated: yes\n"
+                         "  reason: 2 processes survived SIGKILL\n") in render_job(job)  # fmt: skip
 
 
 def test_inspect_view_says_why_logs_are_missing_and_where_they_are(utc: None) -> None:

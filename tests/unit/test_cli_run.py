@@ -95,7 +95,7 @@ def test_bad_flag_values_are_usage_errors_that_say_what_is_wrong(
 )
 def test_names_breaking_the_rule_are_refused_with_the_rule(name: str) -> None:
     with pytest.raises(UsageError) as caught:
-        parse_run([name, "-u", "x", "--", "train.py"])
+        build_job(parse_run([name, "-u", "x", "--", "train.py"]))
     message = str(caught.value)
     assert f"invalid job name {name!r}" in message
     assert "3 to 63 characters" in message

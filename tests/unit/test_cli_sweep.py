@@ -36,6 +36,16 @@ def test_each_combination_is_a_job_named_in_order_with_its_values_in_its_env(
     assert all(job["repository_url"] == str(tmp_path) for job in jobs)
 
 
+@pytest.mark.parametrize("stem", ["sw", "s", "run_", "lr-"])
+def test_a_sweeps_name_is_the_stem_of_valid_names_so_it_may_be_short(
+    tmp_path: Path, stem: str
+) -> None:
+    jobs = jobs_of(tmp_path, "--sweep", "LR=0.1,0.01", name=stem)
+    assert [job["name"] for job in jobs] == [f"{stem}-1", f"{stem}-2"]
+    with pytest.raises(UsageError, match="a --sweep's NAME is the stem"):
+        build_job(parse_run([stem, "-u", str(tmp_path), "--", "train.py"]))
+
+
 @pytest.mark.parametrize(
     ("flag", "says"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable
 from typing import Any
@@ -195,6 +196,28 @@ def test_stop_while_in_progress_releases_the_allocated_accelerators() -> None:
     assert job.accelerators == []
 
 
+@pytest.mark.parametrize(("status", "advice"), [
+    ("stop in progress", "is 'stop in progress' already: wait until it is 'stopped' "
+                         "(`flexai training inspect my-job` shows its status)"),
+    ("succeeded", "it has ended, so there is nothing to stop (`flexai training delete my-job` "
+                  "takes it off the list)"),
+    ("rejected", "it has ended, so there is nothing to stop"),
+])  # fmt: skip
+def test_a_stop_that_cannot_be_says_what_to_do_instead(status: str, advice: str) -> None:
+    job = job_at(status)
+    with pytest.raises(IllegalTransition, match=re.escape(advice)):
+        job.request_stop(by=user("alice"))
+    assert job.collect_events() == []
+
+
+def test_deleting_a_stopping_job_says_to_wait_and_a_running_one_to_stop_it() -> None:
+    with pytest.raises(JobNotTerminal, match=re.escape("its stop is under way: wait until it "
+                                                       "is 'stopped'")):  # fmt: skip
+        job_at("stop in progress").delete(by=user("alice"))
+    with pytest.raises(JobNotTerminal, match="stop it first"):
+        job_at("in progress").delete(by=user("alice"))
+
+
 def test_stop_while_enqueued_allocates_no_accelerators() -> None:
     job = job_at("enqueued")
     job.request_stop(by=user("alice"))
@@ -224,7 +247,9 @@ def test_a_failed_stop_says_why() -> None:
 # -- deleting ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("status", [s for s in STATUSES if s not in TERMINAL])
+@pytest.mark.parametrize(
+    "status", [s for s in STATUSES if s not in TERMINAL and s != "stop in progress"]
+)
 def test_deleting_an_unfinished_job_is_refused_with_advice_to_stop_it_first(status: str) -> None:
     job = job_at(status)
     with pytest.raises(JobNotTerminal) as refused:

@@ -51,12 +51,16 @@ def spec(**change: Any) -> dict[str, Any]:
         ({"env": {"K": "a\x00b"}}, "env.K"),
         ({"env": {"K": "x" * 40000}}, "env.K"),
         ({"secrets": {"TOKEN": "no such/name"}}, "secrets.TOKEN"),
+        ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env.CUDA_VISIBLE_DEVICES"),
+        ({"env": {"FLEXAI_OUTPUT_DIR": "/tmp"}}, "env.FLEXAI_OUTPUT_DIR"),
+        ({"secrets": {"MASTER_ADDR": "addr"}}, "secrets.MASTER_ADDR"),
         ({"datasets": ["../etc"]}, "datasets[0]"),
         ({"datasets": [f"d{i}" for i in range(100)]}, "datasets"),
         ({"checkpoint": "c\x01"}, "checkpoint"),
         ({"entry_point": ["train.py", "a\x00"]}, "entry_point[1]"),
         ({"entry_point": ["x"] * 2000}, "entry_point"),
         ({"entry_point": ["train\ud800.py"]}, "entry_point[0]"),
+        ({"entry_point": ["", "train.py"]}, "entry_point[0]"),
         ({"surprise": 1}, "surprise"),
     ],
 )
@@ -69,6 +73,12 @@ def test_a_spec_value_out_of_bounds_is_refused_naming_its_field(
     with pytest.raises(InvalidJobSpec) as by_the_model:
         TrainingJob.submit(owner="alice", name="my-job", spec=spec(**change), by=user("alice"))
     assert by_the_model.value.field == field
+
+
+def test_an_entry_point_names_its_program_but_its_arguments_may_be_empty() -> None:
+    assert check_spec(spec(entry_point=["train.py", "--tag", ""])) is None
+    with pytest.raises(InvalidValue, match="must not be empty"):
+        check_spec(spec(entry_point=[""]))
 
 
 def test_multi_line_text_may_hold_newlines_and_tabs_but_no_other_control_characters() -> None:

@@ -13,7 +13,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
 from api.artifacts.store import attempt_job_key
-from api.http.attempts import UserAttempt, chosen_attempt, current_attempt
+from api.http.attempts import UserAttempt, chosen_attempt, chosen_node, current_attempt
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
     ALL_OWNERS,
@@ -219,7 +219,7 @@ async def job_logs(
     document = await run_in_threadpool(find_job, services, owner, name, me)
     job_id = document["id"]
     chosen = chosen_attempt(document, attempt)
-    log = _NodeLog(services, job_id, node_index, chosen)
+    log = _NodeLog(services, job_id, chosen_node(document, node_index), chosen)
     headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1)),
                ATTEMPT_HEADER: str(chosen)}  # fmt: skip
     # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
