@@ -132,15 +132,16 @@ class TrainingJob(JobAttempts):
         checked(values.check_message, reason, "reason")
         self._requeued(reason=reason, by=by)
 
-    def finish(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
-        """One node's entry point exited: a non-zero code fails the job at once; the job
-        succeeds once every node exited with 0."""
+    def finish(self, exit_code: int, by: Actor, node_index: int = 0, ended_at: str | None = None
+               ) -> None:  # fmt: skip
+        """One node's entry point exited (at ``ended_at``, :func:`domain.job_facts.end_moment`;
+        None: now): a non-zero code fails the job at once; it succeeds once every node exited 0."""
         checked(values.check_exit_code, exit_code)
         if exit_code == 0:
             others = [p for i, p in enumerate(self.placements) if i != node_index]
             if all(p["exit_code"] == 0 for p in others):
                 require(self, "Succeeded")
-                self._succeeded(exit_code=0, node_index=node_index, by=by)
+                self._succeeded(exit_code=0, node_index=node_index, by=by, ended_at=ended_at)
             else:
                 require(self, "NodeExited")
                 self._node_exited(node_index=node_index, exit_code=0, by=by)
@@ -148,22 +149,23 @@ class TrainingJob(JobAttempts):
         require(self, "Failed")
         message = self._on_node(f"the entry point exited with code {exit_code}", node_index)
         self._failed(code="entry_point_failed", message=message, exit_code=exit_code,
-                     node_index=node_index, by=by)  # fmt: skip
+                     node_index=node_index, by=by, ended_at=ended_at)  # fmt: skip
 
-    def fail(self, code: str, message: str, by: Actor, node_index: int | None = None) -> None:
+    def fail(self, code: str, message: str, by: Actor, node_index: int | None = None,
+             ended_at: str | None = None) -> None:  # fmt: skip
         require(self, "Failed")
         check_failure(code, message)
         if node_index is not None:
             message = self._on_node(message, node_index)
-        self._failed(code=code, message=message, exit_code=None, node_index=node_index, by=by)
+        self._failed(code=code, message=message, exit_code=None, node_index=node_index, by=by,
+                     ended_at=ended_at)  # fmt: skip
 
     def request_stop(self, by: Actor) -> None:
         require(self, "StopRequested")
         self._stop_requested(stopping_from=str(self.status), by=by)  # a str after a snapshot
 
-    def confirm_stopped(
-        self, by: Actor, exit_code: int | None = None, node_index: int | None = None
-    ) -> None:
+    def confirm_stopped(self, by: Actor, exit_code: int | None = None,
+                        node_index: int | None = None, ended_at: str | None = None) -> None:
         """A node's processes ended (``exit_code``: how its entry point ended, when it ran, an
         exit 0 that raced the stop included); the job is stopped once every node said so."""
         pending = [i for i, p in enumerate(self.placements) if not p.get("stopped")]
@@ -176,16 +178,15 @@ class TrainingJob(JobAttempts):
             return
         released = [list(p.get("accelerators") or []) for p in self.placements]
         self._stopped(accelerators_released=list(self.accelerators), exit_code=exit_code,
-                      allocations_released=released, by=by)  # fmt: skip
+                      allocations_released=released, by=by, ended_at=ended_at)
 
     def fail_stop(self, message: str, by: Actor) -> None:
         require(self, "StopFailed")
         checked(values.check_message, message)
         self._stop_failed(message=message, by=by)
 
-    def note_refused_report(
-        self, kind: str, node_index: int, reason: str, facts: dict[str, Any], by: Actor
-    ) -> bool:
+    def note_refused_report(self, kind: str, node_index: int, reason: str, facts: dict[str, Any],
+                            by: Actor) -> bool:  # fmt: skip
         """Keep a report the job's status refused, for audit (once per kind and node): a late
         report never changes a status, but the ledger says it came."""
         key = f"{kind}/{node_index}"
@@ -270,9 +271,8 @@ class TrainingJob(JobAttempts):
         self.status = Status.SCHEDULING
 
     @event("NodeAssigned")
-    def _node_assigned(
-        self, node_id: str, node_name: str, by: Actor, nodes: list[dict[str, Any]] | None = None
-    ) -> None:
+    def _node_assigned(self, node_id: str, node_name: str, by: Actor,
+                       nodes: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.node_id, self.node_name = node_id, node_name
         placed = nodes or [{"node_id": node_id, "node_name": node_name, "address": None}]
         self.placements = [
@@ -326,9 +326,8 @@ class TrainingJob(JobAttempts):
         self.status, self.yielded = Status.IN_PROGRESS, False
 
     @event("BuildFailed")
-    def _build_failed(
-        self, code: str, message: str, commit: str | None, by: Actor, node_index: int = 0
-    ) -> None:
+    def _build_failed(self, code: str, message: str, commit: str | None, by: Actor,
+                      node_index: int = 0) -> None:  # fmt: skip
         self.commit = commit
         self.failure = {"code": code, "message": message}
         self.status = Status.FAILED
@@ -343,8 +342,9 @@ class TrainingJob(JobAttempts):
     def _node_exited(self, node_index: int, exit_code: int, by: Actor) -> None:
         self.placements[node_index]["exit_code"] = exit_code
 
-    @event("Succeeded")
-    def _succeeded(self, exit_code: int, by: Actor, node_index: int = 0) -> None:
+    @event("Succeeded")  # ended_at: when the entry point ended (None: the event's time)
+    def _succeeded(self, exit_code: int, by: Actor, node_index: int = 0,
+                   ended_at: str | None = None) -> None:  # fmt: skip
         if self.placements:
             self.placements[node_index]["exit_code"] = exit_code
         self.status = Status.SUCCEEDED
@@ -352,7 +352,7 @@ class TrainingJob(JobAttempts):
     @event("Failed")
     def _failed(
         self, code: str, message: str, exit_code: int | None, by: Actor,
-        node_index: int | None = None,
+        node_index: int | None = None, ended_at: str | None = None,
     ) -> None:  # fmt: skip
         self.failure = {"code": code, "message": message}
         if exit_code is not None and node_index is not None and self.placements:
@@ -370,7 +370,7 @@ class TrainingJob(JobAttempts):
     @event("Stopped")
     def _stopped(
         self, accelerators_released: list[int], by: Actor, exit_code: int | None = None,
-        allocations_released: list[list[int]] | None = None,
+        allocations_released: list[list[int]] | None = None, ended_at: str | None = None,
     ) -> None:  # fmt: skip
         self.accelerators = []
         for placement in self.placements:

@@ -4,6 +4,7 @@ value out of them is refused (InvalidJobSpec naming the field) before anything i
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 
 import domain.values as values
@@ -21,6 +22,15 @@ def check_spec(spec: dict[str, Any]) -> None:
         raise InvalidJobSpec("an entry point is required (after `--`)", "entry_point")
     checked(values.check_spec, spec)
     checked(check_sharing, spec)
+
+
+def end_moment(ended_at: Any) -> str | None:
+    """When a node says its entry point ended, as UTC ISO 8601 text; a moment after now (a
+    node's clock ahead) is taken as now. None when it did not say."""
+    if ended_at is None:
+        return None
+    moment = checked(values.check_moment, ended_at, "ended_at")
+    return min(moment, datetime.now(UTC)).astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def check_failure(code: str, message: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from domain.actors import Actor, agent
 from domain.errors import DomainError
 from domain.job import TrainingJob
+from domain.job_facts import end_moment
 from domain.sharing import retry_cause
 from domain.statuses import Status
 
@@ -58,17 +59,20 @@ def apply_report(
         return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
     if _already_recorded(job, kind, report, index):
         return False
+    ended = end_moment(report.get("ended_at"))  # when the entry point ended, if it says
     if kind == "build_failed":
         job.fail_build(code=report["code"], message=report["message"],
                        commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
     elif kind == "exited":
-        _exited(job, int(report["exit_code"]), by, index)
+        _exited(job, int(report["exit_code"]), by, index, ended)
     elif kind == "failed":
-        job.fail(code=report["code"], message=report["message"], by=by, node_index=index)
+        job.fail(code=report["code"], message=report["message"], by=by, node_index=index,
+                 ended_at=ended)  # fmt: skip
     elif kind == "stopped" and job.status == Status.IN_PROGRESS and job.preemption is not None:
         job.yield_node(by=by, exit_code=report.get("exit_code"), node_index=index)
     elif kind == "stopped":
-        job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index)
+        job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index,
+                            ended_at=ended)  # fmt: skip
     elif kind == "stop_failed":
         job.fail_stop(message=report["message"], by=by)
     else:
@@ -76,7 +80,8 @@ def apply_report(
     return True
 
 
-def _exited(job: TrainingJob, exit_code: int, by: Actor, index: int) -> None:
+def _exited(job: TrainingJob, exit_code: int, by: Actor, index: int, ended_at: str | None
+            ) -> None:  # fmt: skip
     """An entry point's exit: an exit code the job retries on, with retries left, is retried
     (``Retried``); any other ends or fails the job."""
     cause = retry_cause(job.spec, "entry_point_failed", exit_code) if exit_code else None
@@ -85,7 +90,7 @@ def _exited(job: TrainingJob, exit_code: int, by: Actor, index: int) -> None:
         job.retry(cause, f"attempt {job.attempt} ended with {cause}{where}; "
                   f"{job.retries_left - 1} retries left", by=by)  # fmt: skip
         return
-    job.finish(exit_code=exit_code, by=by, node_index=index)
+    job.finish(exit_code=exit_code, by=by, node_index=index, ended_at=ended_at)
 
 
 def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:

@@ -13,6 +13,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 BIGINT_MAX = 2**63 - 1
@@ -152,6 +153,17 @@ def check_accelerators(indices: Any, field: str = "accelerators") -> list[int]:
     if len(set(checked)) != len(checked):
         raise InvalidValue(field, "names an accelerator twice")
     return checked
+
+
+def check_moment(value: Any, field: str) -> datetime:
+    """ISO 8601 text of a moment with its offset (``2026-12-05T16:00:00+00:00``)."""
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None or len(value) > 40:
+        raise InvalidValue(field, f"must be an ISO 8601 moment with its offset, not {value!r:.40}")
+    return moment
 
 
 def check_exit_code(code: Any, field: str = "exit_code") -> int:

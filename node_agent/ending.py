@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from node_agent.artifacts.checkpoints import CheckpointWatcher
@@ -37,6 +39,18 @@ NEVER_LAUNCHED = (
     "the node agent went down before it started the entry point, and no process of the job "
     "runs: run the job again"
 )
+
+
+def ended_at(exit_code_file: Path) -> str | None:
+    """When the shim wrote the entry point's exit code (ISO 8601, UTC): when it ended. None
+    without such a plain file (the job owns the directory: a link is not followed)."""
+    try:
+        found = os.lstat(exit_code_file)
+    except OSError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    return datetime.fromtimestamp(found.st_mtime, UTC).isoformat(timespec="microseconds")
 
 
 class JobEnding:
@@ -95,6 +109,8 @@ class JobEnding:
     ) -> Answer | None:
         """Ship the last checkpoints, the logs and the outputs, then report how it ended; the
         control plane's answer (None when the agent shuts down first)."""
+        known = outcome.exit_code is not None  # else no process told when it ended
+        self.reporter.ended_at = ended_at(self.dirs.exit_code_file) if known else None
         if outcome.stopped:
             self.say(f"[agent] {stop_outcome(outcome.survivors)}")
         checkpoints.finish()  # before the log closes: it may say a checkpoint was sent again

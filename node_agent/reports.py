@@ -20,6 +20,8 @@ log = logging.getLogger("flexai.agent")
 MAX_MESSAGE = 4096
 """The longest report message the control plane takes."""
 
+ENDING = frozenset({"exited", "failed", "stopped"})
+"""The reports that may carry ``ended_at``."""
 TRY_ONCE = threading.Event()
 """``give_up`` for a reporter that tries each report once (within its ``retry_for``)."""
 TRY_ONCE.set()
@@ -56,6 +58,10 @@ class JobReporter:
         self.node_id = node_id
         self.job_id = job_id
         self.give_up = give_up or threading.Event()
+        self.ended_at: str | None = None
+        """When the entry point ended (ISO 8601, from its exit-code file), once known: sent with
+        the reports that end the job, so its end is the process's, not the report's (the
+        outputs' upload, or an agent that was down, comes between them)."""
         self.retry_for = retry_for
         self.node_index = node_index
 
@@ -89,6 +95,8 @@ class JobReporter:
 
     def send(self, kind: str, **facts: Any) -> Answer:
         report = {"node_id": self.node_id, "node_index": self.node_index, "type": kind, **facts}
+        if self.ended_at is not None and kind in ENDING:
+            report["ended_at"] = self.ended_at
         while True:
             try:
                 answer = self.client.report(self.job_id, report, retry_for=self.retry_for)

@@ -169,16 +169,9 @@ def fold_job_event(
 
 def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
     return {
-        "id": job_id,
-        "name": submitted.name,
-        "owner": submitted.owner,
-        "spec": submitted.spec,
-        "status": Status.PENDING.value,
-        "accels": submitted.spec.get("accels", 1),
-        "nodes": submitted.spec.get("nodes", 1),
-        "node": None,
-        "node_id": None,
-        "commit": None,
+        "id": job_id, "name": submitted.name, "owner": submitted.owner, "spec": submitted.spec,
+        "status": Status.PENDING.value, "accels": submitted.spec.get("accels", 1),
+        "nodes": submitted.spec.get("nodes", 1), "node": None, "node_id": None, "commit": None,
         "accelerators": [],
         "created_at": at, "updated_at": at, "started_at": None, "ended_at": None,
         "deleted_at": None,
@@ -318,14 +311,23 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
 }
 
 
+def _ended(document: dict[str, Any], ended_at: str | None, at: str) -> str:
+    """When the job ended: as its node said (``ended_at``), from its start to the event's time
+    ``at``; else ``at``."""
+    said, started = ended_at and datetime.fromisoformat(ended_at), document["started_at"]
+    if not said or said > datetime.fromisoformat(at):
+        return at
+    return started if started and said < datetime.fromisoformat(started) else str(ended_at)
+
+
 def _fold(document: dict[str, Any], name: str, domain_event: Any, at: str) -> None:
     facts = event_facts(domain_event)
     status = EVENT_STATUS.get(name)
     if status is not None:
         document["status"] = status.value
         if status in TERMINAL:
-            document["ended_at"] = at
-            close_attempt(document, at, status.value)
+            document["ended_at"] = end = _ended(document, facts.get("ended_at"), at)
+            close_attempt(document, end, status.value)
     folder = FOLDERS.get(name)
     if folder is not None:
         # A stop's folder also reads who asked for it.

@@ -320,6 +320,9 @@ PLAIN = {
     "too_short": "must have at least {min_length} items",
     "too_long": "must have at most {max_length} items", "literal_error": "must be {expected}",
     "string_pattern_mismatch": "must match {pattern}",
+    "datetime_parsing": "must be an ISO 8601 moment ({error})",
+    "datetime_from_date_parsing": "must be an ISO 8601 moment ({error})",
+    "timezone_aware": "must hold its offset from UTC (e.g. +00:00)",
 }  # fmt: skip
 """Pydantic's error types in the words of the rest of the API (``must be at most 3600``, not
 ``Input should be less than or equal to 3600``)."""

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi.responses import Response
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 import domain.values as values
 from api.http.sharing_schemas import (
@@ -296,6 +296,10 @@ class Report(BaseModel):
     written: BigCount | None = Field(
         default=None, description="logs_unavailable: the log bytes the job wrote so far"
     )
+    ended_at: AwareDatetime | None = Field(
+        default=None, description="exited, failed, stopped: when the entry point ended, by the "
+        "node's clock (default: when the report comes; one later than that is taken as now)",
+    )  # fmt: skip
 
 
 class ReportAccepted(BaseModel):

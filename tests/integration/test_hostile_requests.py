@@ -8,6 +8,7 @@ import shutil
 import time
 import zipfile
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -320,3 +321,30 @@ def test_a_stop_that_races_an_exit_0_keeps_the_exit_code_in_the_history(api: Api
     assert job["status"] == "stopped"
     assert job["history"][-1]["facts"]["exit_code"] == 0
     assert job["stop"]["exit_code"] == 0 and job["stop"]["accelerators_allocated"] is True
+
+
+def test_the_end_a_node_dates_is_the_jobs_end_within_its_start_and_its_report(api: Api) -> None:
+    def job(name: str) -> dict[str, Any]:
+        return dict(api.client.get(f"/v1/jobs/{name}", headers=api.headers).json())
+
+    job_id, node_id = api.running_job()
+    started = datetime.fromisoformat(job("victim")["started_at"])
+    time.sleep(0.3)  # the outputs' upload, or an agent that was down, between end and report
+    said = started + timedelta(seconds=0.1)
+    for bad in ("yesterday", "2026-12-05T16:00:00"):  # no offset: whose clock?
+        refused = api.report(job_id, node_id, "exited", exit_code=0, ended_at=bad)
+        assert refused.status_code == 422 and refused.json()["field"] == "ended_at", refused.text
+    ended = api.report(job_id, node_id, "exited", exit_code=0, ended_at=said.isoformat())
+    assert ended.status_code == 200, ended.text
+    done = job("victim")
+    assert done["status"] == "succeeded"
+    assert datetime.fromisoformat(done["ended_at"]) == said
+    assert done["duration_seconds"] == pytest.approx(0.1, abs=0.002)
+    assert done["history"][-1]["facts"]["ended_at"] == said.astimezone(UTC).isoformat()
+
+    before, _ = api.running_job("early")  # a node clock behind: never before the start
+    too_early = started - timedelta(hours=1)
+    lost = api.report(before, node_id, "failed", code="node_lost", message="gone",
+                      ended_at=too_early.isoformat())  # fmt: skip
+    assert lost.status_code == 200, lost.text
+    assert job("early")["ended_at"] == job("early")["started_at"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -64,12 +65,15 @@ def test_an_entry_point_that_exited_while_the_agent_was_down_is_reported_and_its
     wait_until(lambda: escapee(dirs) is not None)
     pid = escapee(dirs)
     assert pid is not None and alive(pid)
+    ended = datetime.fromtimestamp(dirs.exit_code_file.stat().st_mtime, UTC)  # by the shim
     started = time.monotonic()
     supervisor = supervise(tmp_path, plane, "/repo", node={"status": status, "adopting": True})
     supervisor.join(20)
     assert not supervisor.is_alive(), "the agent followed the leftover process as the job"
     assert plane.reports("job-1") == [report]
     assert plane.report_facts("job-1", report)["exit_code"] == code
+    said = plane.report_facts("job-1", report)["ended_at"]
+    assert said == ended.isoformat(timespec="microseconds")  # not when it was reported
     assert not alive(pid)
     assert time.monotonic() - started < 10  # SIGKILL after the stop grace (0.5 s here)
     log = plane.log_text("job-1")

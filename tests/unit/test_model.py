@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from domain.errors import (
     NameTaken,
 )
 from domain.job import TrainingJob
+from domain.job_facts import end_moment
 from domain.job_name import JobName, check_name
 from domain.lifecycle import EVENT_STATUS
 from domain.node import Node
@@ -181,6 +183,22 @@ def test_a_nonzero_exit_fails_the_job_saying_the_code() -> None:
         "code": "entry_point_failed",
         "message": "the entry point exited with code 137",
     }
+
+
+def test_the_end_a_node_dates_is_kept_in_utc_and_one_ahead_of_now_is_taken_as_now() -> None:
+    assert end_moment(None) is None
+    assert end_moment("2026-12-05T17:00:00+01:00") == "2026-12-05T16:00:00.000000+00:00"
+    ahead = end_moment((datetime.now(UTC) + timedelta(hours=1)).isoformat())
+    assert ahead is not None
+    assert timedelta(0) <= datetime.now(UTC) - datetime.fromisoformat(ahead) < timedelta(seconds=5)
+    for bad in ("2026-12-05T16:00:00", "soon", 1733414400):
+        with pytest.raises(InvalidJobSpec) as refused:
+            end_moment(bad)
+        assert refused.value.field == "ended_at"
+    job = job_at("in progress")
+    job.finish(0, by=NODE, ended_at="2026-12-05T16:00:00.000000+00:00")
+    [succeeded] = job.collect_events()
+    assert succeeded.ended_at == "2026-12-05T16:00:00.000000+00:00"  # type: ignore[attr-defined]
 
 
 # -- stopping ------------------------------------------------------------------------------

@@ -206,7 +206,9 @@ def report(
     """Record a build/run event of a job; a resend is acknowledged, not recorded twice."""
     _require_holder(services, body.node_id, agent_id, node)
     require_job(services, job_id, node)
-    payload = body.model_dump()
+    payload = body.model_dump(exclude={"ended_at"})
+    if body.ended_at is not None and body.type in ("exited", "failed", "stopped"):
+        payload["ended_at"] = body.ended_at.isoformat()
     if body.type == "exited" and body.exit_code is None:
         raise Problem(422, "invalid-request", "Invalid report", "an exited report needs exit_code")
     if body.type in ("build_failed", "failed") and not (body.code and body.message):
