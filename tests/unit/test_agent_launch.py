@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from domain.values import PLATFORM_VARIABLES
 from node_agent.models import MARKER_VARIABLE, JobDirs
 from node_agent.run.launch import (
     EntryPointNotFound,
@@ -129,6 +130,18 @@ def test_the_agents_token_never_reaches_the_job(dirs: JobDirs) -> None:
     env = job_environment(dirs, {}, [0], SINGLE, base=base)
     assert "FLEXAI_TOKEN" not in env
     assert "FLEXAI_API_URL" not in env
+
+
+def test_every_variable_the_node_sets_is_one_the_control_plane_refuses_in_env(
+    dirs: JobDirs,
+) -> None:
+    """The agent's list and the ledger's (``PLATFORM_VARIABLES``) are kept apart by the rooms
+    (neither may import the other): a variable added to one must be added to the other."""
+    env = job_environment(dirs, {}, [0], SINGLE, base={})
+    set_here = {name for name in env if name != "PATH"}  # PATH: the user's, the venv's first
+    unguarded = {name for name in set_here
+                 if name not in PLATFORM_VARIABLES and not name.startswith("FLEXAI_")}  # fmt: skip
+    assert unguarded == set()
 
 
 def test_the_platforms_variables_win_over_the_users(dirs: JobDirs) -> None:
