@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -184,3 +186,19 @@ def test_an_offers_poll_answered_at_once_with_nothing_is_asked_again_after_a_pau
     time.sleep(0.5)
     sessions.stop()
     assert 1 <= server.polls <= 4  # not a poll every few microseconds
+
+
+def test_the_agents_ssh_server_starts_without_cryptographys_dsa_warnings() -> None:
+    """cryptography 51 warns on each look at its DSA classes, and asyncssh looks five times on
+    import: an agent's stderr (and every error it prints) began with ten lines about DSA."""
+    code = (
+        "import node_agent.debug.sessions\n"
+        "from cryptography.hazmat.primitives.asymmetric import dsa\n"
+        "dsa.DSAPrivateKey  # not asyncssh's: still shown where cryptography warns\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        cwd=Path(__file__).parents[2], capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "asyncssh" not in done.stderr
+    assert done.stderr.count("DSA is deprecated") <= 1
