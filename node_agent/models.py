@@ -212,6 +212,14 @@ class JobDirs:
         return [self.root / name for name in names]
 
     @property
+    def checkpoint_record(self) -> Path:
+        """The checkpoints this attempt uploaded and what each looked like then, kept by the
+        agent (:class:`node_agent.artifacts.checkpoints.CheckpointWatcher`) across its
+        restarts, in its own scratch folder: the job cannot write it."""
+        name = "checkpoints" if self.attempt == 1 else f"checkpoints.attempt-{self.attempt}"
+        return self.scratch / f"{name}.json"
+
+    @property
     def exit_code_file(self) -> Path:
         """Written by the shim once the entry point has ended: its return code."""
         return self.root / "exit-code"

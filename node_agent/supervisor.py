@@ -569,6 +569,7 @@ class JobSupervisor:
             stable_for=self.settings.checkpoint_stable_for,
             say=self._say,
             node_index=self.assignment.node_index,
+            record=self.dirs.checkpoint_record,
         )
 
     def _fetch_checkpoint(self, checkpoint_id: str, destination: Path) -> None:

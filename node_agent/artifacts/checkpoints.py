@@ -8,13 +8,17 @@ checkpoint renamed into place is taken whole.
 A checkpoint that changes after it was uploaded (written in stages, with a pause longer than
 ``stable_for`` between them) is uploaded again, once it is still again, as ``NAME.v2``
 (``.v3``...), and the job's log says so: the newest is then the whole one. Each is looked at
-for ``recheck_for`` seconds after its upload, and once more when the job ends.
+for ``recheck_for`` seconds after its upload, and once more when the job ends. What was uploaded
+is kept in ``record`` (the agent's scratch folder of the job), so that the watcher of an agent
+that restarted while the job ran knows it too: a checkpoint changed while the agent was down is
+uploaded again as well, and one that did not change is not offered again.
 An upload waits for the store as long as it takes (:mod:`node_agent.artifacts.uploader`):
 a checkpoint is never dropped because the store or the control plane is away.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -68,6 +72,7 @@ class CheckpointWatcher:
         on_upload: Callable[[str], None] | None = None,
         say: Callable[[str], None] | None = None,
         node_index: int = 0,
+        record: Path | None = None,
     ) -> None:
         self.uploader = uploader
         self.job_id = job_id
@@ -84,6 +89,9 @@ class CheckpointWatcher:
         self._refused: set[str] = set()  # refused for good
         self._taken: dict[str, Taken] = {}  # uploaded, by name in the directory
         self._seen: dict[str, tuple[Signature, float]] = {}
+        self.record = record
+        if record is not None:
+            self._taken = _read_record(record, job_id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"ckpt-{job_id}", daemon=True)
 
@@ -160,6 +168,8 @@ class CheckpointWatcher:
         earlier = taken.names if taken is not None else ()
         self._taken[child.name] = Taken(current, time.monotonic(), (*earlier, name))
         self.uploaded.append(name)
+        if self.record is not None:
+            _write_record(self.record, self._taken, self.job_id)
         if taken is not None and self.say is not None:
             self.say(_changed_after_upload(child.name, taken.names[-1], name, self.stable_for))
         if self.on_upload is not None:
@@ -185,6 +195,38 @@ class Taken:
 
 _NEVER = Taken((0, 0, 0), float("inf"), ())
 """What :meth:`CheckpointWatcher._candidates` takes a checkpoint not uploaded yet for."""
+
+
+def _read_record(path: Path, job_id: str) -> dict[str, Taken]:
+    """The checkpoints an earlier watcher of the job uploaded, each looked at again for
+    ``recheck_for`` seconds from now; none if the record is missing or unreadable."""
+    taken: dict[str, Taken] = {}
+    try:
+        data = json.loads(path.read_text())
+        now = time.monotonic()
+        for name, entry in data.items():
+            count, size, newest = map(int, entry["signature"])
+            taken[str(name)] = Taken((count, size, newest), now, tuple(map(str, entry["names"])))
+        return taken
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        log.warning("job %s: checkpoint record %s unreadable (%s): each checkpoint is offered "
+                    "again, and the control plane keeps those it holds", job_id, path, error)
+        return {}
+
+
+def _write_record(path: Path, taken: dict[str, Taken], job_id: str) -> None:
+    """Replaced whole (a crash leaves the old one or the new one, never half of one)."""
+    data = {name: {"signature": list(t.signature), "names": list(t.names)}
+            for name, t in taken.items()}  # fmt: skip
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.part")
+        partial.write_text(json.dumps(data))
+        os.replace(partial, path)
+    except OSError as error:
+        log.warning("job %s: checkpoint record %s not written: %s", job_id, path, error)
 
 
 def _changed_after_upload(name: str, before: str, now: str, stable_for: float) -> str:

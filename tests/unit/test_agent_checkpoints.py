@@ -52,6 +52,7 @@ def watcher(
     stable_for: float = 0.2,
     recheck_for: float = 300.0,
     said: list[str] | None = None,
+    record: Path | None = None,
 ) -> CheckpointWatcher:
     (tmp_path / "output-checkpoint").mkdir(exist_ok=True)
     return CheckpointWatcher(
@@ -63,6 +64,7 @@ def watcher(
         interval=0.05,
         recheck_for=recheck_for,
         say=None if said is None else said.append,
+        record=record,
     )
 
 
@@ -217,3 +219,45 @@ def test_a_checkpoint_renamed_into_place_is_uploaded_once_and_one_deleted_is_not
         ("checkpoint-2", {"model.bin": b"model", "optimizer.bin": b"optimizer"})
     ]
     assert said == []
+
+
+def test_an_agent_restarted_while_the_job_ran_uploads_what_changed_meanwhile_and_no_more(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    """The watcher of the restarted agent reads what the first one uploaded from the record in
+    the agent's scratch folder: a checkpoint finished while the agent was down is uploaded
+    again as NAME.v2, one that did not change is not offered again."""
+    record = tmp_path / "scratch" / "checkpoints.json"
+    said: list[str] = []
+    first = watcher(tmp_path, client, record=record)
+    first.start()
+    folder = tmp_path / "output-checkpoint"
+    (folder / "checkpoint-1").mkdir()
+    (folder / "checkpoint-1" / "model.bin").write_bytes(b"model")
+    (folder / "checkpoint-2").write_bytes(b"second")
+    wait_for(lambda: sorted(client.names) == ["checkpoint-1", "checkpoint-2"])
+    first.stop_watching()  # the agent stops; the job runs on and finishes checkpoint-1
+    (folder / "checkpoint-1" / "optimizer.bin").write_bytes(b"optimizer")
+
+    again = watcher(tmp_path, client, record=record, said=said)
+    again.start()
+    wait_for(lambda: len(client.uploads) == 3)
+    time.sleep(0.4)  # several more scans: nothing new
+    again.finish()
+    assert client.uploads[2:] == [
+        ("checkpoint-1.v2", {"model.bin": b"model", "optimizer.bin": b"optimizer"})
+    ]
+    assert len(said) == 1 and "uploaded again, whole, as checkpoint-1.v2" in said[0]
+
+
+def test_an_unreadable_checkpoint_record_offers_each_checkpoint_again(
+    tmp_path: Path, client: RecordingClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = tmp_path / "checkpoints.json"
+    record.write_text("{not json")
+    (tmp_path / "output-checkpoint").mkdir()
+    (tmp_path / "output-checkpoint" / "checkpoint-1").write_bytes(b"model")
+    watch = watcher(tmp_path, client, record=record)
+    watch.finish()
+    assert client.names == ["checkpoint-1"]
+    assert "checkpoint record" in caplog.text and "unreadable" in caplog.text

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from node_agent.artifacts.checkpoints import CheckpointWatcher
+from node_agent.artifacts.uploader import ArtifactUploader
 from node_agent.models import MARKER_VARIABLE, JobDirs
 from node_agent.run.jobrun import JobRun
 from tests.support import alive, wait_until
@@ -114,3 +116,46 @@ def test_a_job_built_again_after_a_restart_ships_its_whole_log_nothing_lost_or_c
     assert log.startswith(shipped + again)
     assert log.count("[build] checked out commit") == 2
     assert log.endswith("trained\n[agent] the entry point exited with code 0\n")
+
+
+# Writes a checkpoint in two stages, the second once told to (the agent is down by then).
+STAGES_TOLD = """
+import pathlib, sys, time
+checkpoint, told = pathlib.Path(sys.argv[1], "checkpoint-1"), pathlib.Path(sys.argv[2])
+checkpoint.mkdir()
+(checkpoint / "model.bin").write_bytes(b"model")
+while not told.exists():
+    time.sleep(0.02)
+(checkpoint / "optimizer.bin").write_bytes(b"optimizer")
+"""
+
+
+def test_a_checkpoint_finished_while_the_agent_was_down_reaches_the_store_whole(
+    tmp_path: Path, plane: FakeControlPlane, job_runs: list[JobRun]
+) -> None:
+    """The agent that uploaded checkpoint-1's first half went down (kill -9: its job ran on);
+    the job finished checkpoint-1 meanwhile. The restarted agent uploads it again, as
+    checkpoint-1.v2, from what the first one recorded in its scratch folder: without that
+    record, the control plane's "recorded already" would have left only the first half."""
+    told = tmp_path / "told"
+    dirs = JobDirs.for_job(tmp_path / "agent", "job-1")
+    _, run = left_running(tmp_path, ["-c", STAGES_TOLD, str(dirs.output_checkpoint), str(told)],
+                          job_runs)  # fmt: skip
+    first = CheckpointWatcher(ArtifactUploader(plane), "job-1", "node-1",  # type: ignore[arg-type]
+                              dirs.output_checkpoint, stable_for=0.2, interval=0.05,
+                              record=dirs.checkpoint_record)  # fmt: skip
+    first.start()
+    wait_until(lambda: first.uploaded == ["checkpoint-1"])
+    first.stop_watching()  # the first agent is gone
+    told.touch()
+    assert run.wait(20)
+    supervise(tmp_path, plane, "/repo", node={"status": "in progress", "adopting": True}).join(30)
+    assert plane.reports("job-1") == ["exited"]
+    uploads = [event[2:] for event in plane.events if event[0] == "checkpoint"]
+    assert uploads == [
+        ("checkpoint-1", {"model.bin": b"model"}),
+        ("checkpoint-1.v2", {"model.bin": b"model", "optimizer.bin": b"optimizer"}),
+    ]
+    assert "[agent] checkpoint checkpoint-1 changed after it was uploaded" in plane.log_text(
+        "job-1"
+    )
