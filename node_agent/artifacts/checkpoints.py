@@ -176,11 +176,12 @@ class CheckpointWatcher:
             self.on_upload(name)
 
     def _next_name(self, name: str, taken: Taken) -> str:
-        """``NAME.vK`` for the K-th upload of a checkpoint, unless the job uses that name."""
+        """``NAME.vK`` for the K-th upload of a checkpoint, unless the job uses that name; a
+        name too long to take the suffix loses as many of its last characters."""
         number = len(taken.names) + 1
-        while (self.directory / f"{name}.v{number}").exists():
+        while os.path.lexists(self.directory / _versioned(name, number)):  # False if too long
             number += 1
-        return f"{name}.v{number}"
+        return _versioned(name, number)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,15 @@ class Taken:
     signature: Signature
     at: float
     names: tuple[str, ...]
+
+
+MAX_NAME = 255
+"""The longest checkpoint name the control plane records (and a file name's on Linux)."""
+
+
+def _versioned(name: str, number: int) -> str:
+    suffix = f".v{number}"
+    return name[: MAX_NAME - len(suffix)] + suffix
 
 
 _NEVER = Taken((0, 0, 0), float("inf"), ())

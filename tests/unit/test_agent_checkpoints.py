@@ -261,3 +261,17 @@ def test_an_unreadable_checkpoint_record_offers_each_checkpoint_again(
     watch.finish()
     assert client.names == ["checkpoint-1"]
     assert "checkpoint record" in caplog.text and "unreadable" in caplog.text
+
+
+def test_a_checkpoint_named_at_the_length_limit_is_uploaded_again_under_a_name_that_fits(
+    tmp_path: Path, client: RecordingClient
+) -> None:
+    name = "c" * 254
+    (tmp_path / "output-checkpoint").mkdir()
+    staged = tmp_path / "output-checkpoint" / name
+    staged.write_bytes(b"half")
+    watch = watcher(tmp_path, client, recheck_for=0.0)
+    watch.scan(final=True)
+    staged.write_bytes(b"whole")
+    watch.finish()
+    assert client.names == [name, "c" * 252 + ".v2"]
