@@ -60,6 +60,13 @@ from node_agent.run.watch import Ended, ended, watch
 log = logging.getLogger("flexai.agent")
 
 ABORT_GRACE = 3.0
+ABORT_SHIPPING_S = 5.0
+"""How long a job ended by the agent (its shutdown, or a job no longer this node's) still ships
+the last lines of its log, with the agent's line saying why it ended."""
+SHUTTING_DOWN = ("[agent] the node agent is stopping: it ended the job's processes on this "
+                 "node")  # fmt: skip
+WITHDRAWN = ("[agent] the job no longer runs on this node (it ended or was stopped elsewhere: "
+             "`flexai training inspect` says why): its processes here were ended")  # fmt: skip
 CLAIM_PATIENCE = 60.0
 """How long a job waits for an accelerator still held by a job this agent is ending."""
 _ON_ITS_WAY = (None, BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS)
@@ -131,6 +138,7 @@ class JobSupervisor:
         self._preempted = threading.Event()  # this attempt makes way for a higher-priority job
         self._halt = threading.Event()  # either of the two above: the entry point must end
         self._aborting = threading.Event()  # the agent's shutdown: no more reports
+        self._aborted_because = SHUTTING_DOWN
         self.reporter = JobReporter(
             client, node_id, self.job_id, give_up=self._aborting, node_index=assignment.node_index
         )
@@ -188,10 +196,9 @@ class JobSupervisor:
         """End the processes quickly and report nothing: the agent is shutting down (its
         work directory is kept for a quick exit), or the job is no longer this node's."""
         self._keep_dirs = self._keep_dirs or shutting_down
+        self._aborted_because = SHUTTING_DOWN if shutting_down else WITHDRAWN
         self._aborting.set()
         self.stop()
-        if self.ending.logs is not None:
-            self.ending.logs.abandon()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -214,7 +221,8 @@ class JobSupervisor:
         finally:
             self.pool.release(self.job_id, self._survivors)
             if self.ending.logs is not None:
-                self.ending.logs.close(timeout=0 if self._aborting.is_set() else 30)
+                aborting = self._aborting.is_set()
+                self.ending.logs.close(timeout=ABORT_SHIPPING_S if aborting else 30)
             if not self._keep_dirs:
                 self.dirs.remove_all_but_log()
 
@@ -554,6 +562,7 @@ class JobSupervisor:
         if self._aborting.is_set():
             # The agent ended it, not the job: a restarted agent must not report its code.
             self.dirs.exit_code_file.unlink(missing_ok=True)
+            self._say(self._aborted_because)  # shipped with the last lines (``_run``)
             return None
         checkpoints = watcher or self._checkpoint_watcher()
         return self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s)

@@ -159,3 +159,39 @@ def test_a_checkpoint_finished_while_the_agent_was_down_reaches_the_store_whole(
     assert "[agent] checkpoint checkpoint-1 changed after it was uploaded" in plane.log_text(
         "job-1"
     )
+
+
+TICKS = """
+import time
+n = 0
+while True:
+    n += 1
+    print("tick", n, flush=True)
+    time.sleep(0.002)
+"""
+
+
+@pytest.mark.parametrize(
+    ("shutting_down", "said"),
+    [
+        (True, "[agent] the node agent is stopping: it ended the job's processes on this node\n"),
+        (False, "[agent] the job no longer runs on this node (it ended or was stopped elsewhere: "
+                "`flexai training inspect` says why): its processes here were ended\n"),
+    ],
+)  # fmt: skip
+def test_a_job_the_agent_ends_ships_its_last_lines_and_says_why_it_ended(
+    tmp_path: Path, plane: FakeControlPlane, shutting_down: bool, said: str
+) -> None:
+    """The agent's shutdown (SIGTERM), or another node's failure of a multi-node job (the job
+    leaves this node's list): the job's processes end, and the control plane's copy of its log
+    is the node's whole log, with the agent's word on why it ended."""
+    url, _ = repo_and_commit(tmp_path, TICKS)
+    supervisor = supervise(tmp_path, plane, url)
+    wait_until(lambda: "tick 200\n" in plane.log_text("job-1"))
+    supervisor.abort(shutting_down=shutting_down)
+    supervisor.join(20)
+    assert not supervisor.is_alive()
+    assert plane.reports("job-1") == ["built"]  # nothing more: the agent ended it, not the job
+    log = JobDirs.for_job(tmp_path / "agent", "job-1").log_file.read_text()
+    assert plane.log_text("job-1") == log
+    assert log.endswith(said)
