@@ -339,7 +339,11 @@ def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
         raise InvalidValue(field, "must be a list of dataset names")
     if len(datasets) > MAX_DATASETS:
         raise InvalidValue(field, f"lists {len(datasets)} datasets; at most {MAX_DATASETS}")
-    return [check_dataset_name(name, f"{field}[{i}]") for i, name in enumerate(datasets)]
+    names = [check_dataset_name(name, f"{field}[{i}]") for i, name in enumerate(datasets)]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise InvalidValue(f"{field}[{i}]", f"{name!r} is given twice: give each dataset once")
+    return names
 
 
 def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]:

@@ -131,8 +131,9 @@ def provide_datasets(
     cache: DatasetCache | None,
     local_dir: Path | None,
 ) -> None:
-    """Give the job each of its datasets at ``input_dir/NAME``."""
-    for name in spec.datasets:
+    """Give the job each of its datasets at ``input_dir/NAME`` (once: a job submitted before
+    the control plane refused a name given twice may hold one twice)."""
+    for name in dict.fromkeys(spec.datasets):
         if not NAME.fullmatch(name):
             raise DatasetUnavailable("dataset_not_found", f"{name[:80]!r} is no dataset name")
         content_hash = spec.dataset_hashes.get(name)

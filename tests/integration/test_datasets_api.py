@@ -131,6 +131,15 @@ def test_a_job_is_pinned_to_the_version_it_was_submitted_with(api: Api) -> None:
     assert again["spec"]["dataset_hashes"] == first["spec"]["dataset_hashes"]
 
 
+def test_a_dataset_given_twice_is_refused_naming_the_second(api: Api) -> None:
+    api.push("mnist", FIRST)
+    body = {**SPEC, "name": "twice", "datasets": ["mnist", "mnist"]}
+    answer = api.client.post("/v1/jobs", headers=api.headers, json=body)
+    body = assert_problem(answer, 422, "invalid-request")
+    assert "datasets: [1] 'mnist' is given twice: give each dataset once" in body["detail"]
+    assert api.client.get("/v1/jobs/twice", headers=api.headers).status_code == 404
+
+
 def test_the_agent_of_the_jobs_node_downloads_the_pinned_version_and_nothing_else(
     api: Api,
 ) -> None:

@@ -282,3 +282,14 @@ def test_a_version_downloaded_from_the_store_is_verified_on_the_way_and_kept_onl
         server.shutdown()
     assert refused.value.code == "dataset_invalid" and other in str(refused.value)
     assert not (tmp_path / "datasets-cache" / other).exists()
+
+
+def test_a_dataset_listed_twice_by_an_older_job_is_given_once(
+    tmp_path: Path, plane: Plane, cache: DatasetCache
+) -> None:
+    pinned = plane.push({"rows.csv": b"a,b\n"})
+    spec = JobSpec(repository_url="/r", entry_point=("train.py",), datasets=("mnist", "mnist"),
+                   dataset_hashes={"mnist": pinned})  # fmt: skip
+    input_dir, lines = give(tmp_path, spec, cache)
+    assert (input_dir / "mnist" / "rows.csv").read_bytes() == b"a,b\n"
+    assert len(lines) == 1
