@@ -3,7 +3,9 @@
 A name or value with a NUL, a control character or bytes that are not UTF-8 can never be
 stored (``domain/values.py`` refuses them), and PostgreSQL refuses NUL outright, so such a
 request is answered 422 here, before any route or database sees it, whichever route it is
-for. :class:`CleanRequestText` is a pure ASGI middleware.
+for. A path with an encoded slash (``%2F``) is refused too: the server would decode it into a
+separator, so that a job named ``x/checkpoints`` (which no name may be) reached another route.
+:class:`CleanRequestText` is a pure ASGI middleware.
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ def text_problem(raw: bytes, where: str) -> Problem | None:
     return None
 
 
+def path_problem(raw: bytes) -> Problem | None:
+    """Why the percent-encoded path ``raw`` can name no resource, if it cannot."""
+    if b"%2f" in raw.lower():
+        return Problem(
+            422, "invalid-request", "Invalid request",
+            "the request's path holds an encoded '/' (%2F) inside a name; no job, dataset, "
+            "checkpoint, secret or user name holds '/': fix the name and send it again",
+            field="path",
+        )  # fmt: skip
+    return text_problem(raw, "path")
+
+
 def _refused(where: str, problem: str) -> Problem:
     return Problem(
         422, "invalid-request", "Invalid request",
@@ -53,7 +67,7 @@ class CleanRequestText:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
-            problem = text_problem(raw_path, "path") or text_problem(
+            problem = path_problem(raw_path) or text_problem(
                 scope.get("query_string", b""), "query"
             )
             if problem is not None:

@@ -219,6 +219,19 @@ def test_a_path_parameter_with_dot_dot_segments_never_reaches_a_file(api: Api) -
             "application/problem+json")  # fmt: skip
 
 
+def test_a_name_holding_an_encoded_slash_never_reaches_another_route(api: Api) -> None:
+    """The CLI sends ``inspect "victim/checkpoints"`` as ``/v1/jobs/victim%2Fcheckpoints``;
+    decoded, that path was the checkpoints route of job victim (200, and an empty job shown)."""
+    api.finished_job()
+    for method, path in (("GET", "/v1/jobs/victim%2Fcheckpoints"),
+                         ("GET", "/v1/jobs/victim%2foutputs%2F0"),
+                         ("DELETE", "/v1/jobs/victim%2Fdebug-sessions%2Fabc")):  # fmt: skip
+        answer = api.client.request(method, path, headers=api.headers)
+        body = assert_problem(answer, 422, "invalid-request")
+        assert "encoded '/' (%2F)" in body["detail"] and "fix the name" in body["detail"], path
+    assert api.client.get("/v1/jobs/victim", headers=api.headers).status_code == 200
+
+
 # -- archives that would unpack outside their directory -----------------------------------
 
 
