@@ -65,6 +65,11 @@ def resolve_entry_point(
                 "(git update-index --chmod=+x) or run it through its interpreter"
             )
         return [str(in_repo), *args]
+    if "/" in first and not first.startswith("/"):  # which() would look from the agent's cwd
+        raise EntryPointNotFound(
+            f"entry point '{first}' is not a file of the repository; give a path inside it, "
+            "relative to its root, an absolute path, or a command on the node's PATH"
+        )
     found = shutil.which(first, path=search_path(venv, env))
     if found is None:
         raise EntryPointNotFound(

@@ -67,6 +67,10 @@ def test_a_command_not_in_the_repository_is_looked_up_on_path(dirs: JobDirs) -> 
     assert resolve(dirs, "echo", "hello") == [shutil.which("echo"), "hello"]
 
 
+def test_a_command_given_by_its_absolute_path_runs_as_given(dirs: JobDirs) -> None:
+    assert resolve(dirs, "/bin/sh", "-c", "true") == ["/bin/sh", "-c", "true"]
+
+
 def test_a_command_installed_in_the_venv_wins_over_the_hosts(dirs: JobDirs) -> None:
     tool = executable(dirs.venv_bin / "echo")
     assert resolve(dirs, "echo") == [str(tool)]
@@ -79,6 +83,9 @@ def test_a_command_installed_in_the_venv_wins_over_the_hosts(dirs: JobDirs) -> N
         (("../outside.py",), "'../outside.py' is not a file of the repository"),
         (("-m",), "`-m` needs a module name"),
         (("no-such-command-flexai",), "neither a file of the repository nor a command"),
+        (("../../../../../../../usr/bin/id",), "'../../../../../../../usr/bin/id' is not a "
+                                               "file of the repository; give a path inside it"),
+        (("bin/missing",), "'bin/missing' is not a file of the repository"),
         ((), "the job has no entry point"),
     ],
 )
