@@ -240,6 +240,12 @@ def repository_kind(url: Any, field: str = "repository_url") -> str:
             raise InvalidValue(field, f"{shown} has the unknown scheme '{scheme.group(1)}'; "
                                       f"{_WHAT_TO_GIVE}")  # fmt: skip
         authority = url[scheme.end():].split("/", 1)[0]
+        if ":" in authority.rpartition("@")[0]:
+            raise InvalidValue(field, "holds a password or token (user:SECRET@host), which the "
+                                      "ledger would keep for good and show in inspect and the "
+                                      "build log; give the URL without it and let the nodes' git "
+                                      "authenticate (an ssh key or a credential helper of the "
+                                      "agent's user)")  # fmt: skip
         if kind != "file" and (not authority or any(
                 part.startswith("-") for part in authority.replace("@", ":").split(":"))):
             raise InvalidValue(field, f"{shown} has no host, or a host or user starting with "

@@ -414,6 +414,19 @@ def test_a_repository_url_git_would_read_as_an_option_or_a_command_is_refused(
 
 
 @pytest.mark.parametrize(
+    "url", ["https://alice:s3cret@example.com/r.git", "https://oauth2:s3cret@gitlab.example/r"]
+)
+def test_a_repository_url_holding_a_password_is_refused_without_repeating_it(
+    api: Api, url: str
+) -> None:
+    """The ledger is append-only: a password in a job's URL would stay in it for good."""
+    body = assert_problem(api.submit(repository_url=url), 422, "invalid-request")
+    assert "holds a password or token" in body["detail"] and "credential helper" in body["detail"]
+    assert "s3cret" not in str(body)
+    assert api.client.get("/v1/jobs", headers=api.headers).json()["count"] == 0
+
+
+@pytest.mark.parametrize(
     "url",
     ["https://github.com/org/repo.git", "ssh://git@host/org/repo", "git@github.com:org/repo",
      "/srv/repos/demo", "file:///srv/repos/demo"],
