@@ -152,13 +152,13 @@ class TrainingJob(JobAttempts):
                      node_index=node_index, by=by, ended_at=ended_at)  # fmt: skip
 
     def fail(self, code: str, message: str, by: Actor, node_index: int | None = None,
-             ended_at: str | None = None) -> None:  # fmt: skip
+             ended_at: str | None = None, exit_code: int | None = None) -> None:  # fmt: skip
         require(self, "Failed")
-        check_failure(code, message)
+        check_failure(code, message, exit_code)
         if node_index is not None:
             message = self._on_node(message, node_index)
-        self._failed(code=code, message=message, exit_code=None, node_index=node_index, by=by,
-                     ended_at=ended_at)  # fmt: skip
+        self._failed(code=code, message=message, exit_code=exit_code, node_index=node_index,
+                     by=by, ended_at=ended_at)  # fmt: skip
 
     def request_stop(self, by: Actor) -> None:
         require(self, "StopRequested")

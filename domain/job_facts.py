@@ -33,9 +33,13 @@ def end_moment(ended_at: Any) -> str | None:
     return min(moment, datetime.now(UTC)).astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def check_failure(code: str, message: str) -> None:
+def check_failure(code: str, message: str, exit_code: int | None = None) -> None:
+    """A failure's code and message, and the entry point's exit code where it ended (a time
+    limit's SIGTERM: 143, or what its handler exited with)."""
     checked(values.check_failure_code, code)
     checked(values.check_message, message)
+    if exit_code is not None:
+        checked(values.check_exit_code, exit_code)
 
 
 def placed_nodes(name: str, nnodes: int, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -67,7 +67,7 @@ def apply_report(
         _exited(job, int(report["exit_code"]), by, index, ended)
     elif kind == "failed":
         job.fail(code=report["code"], message=report["message"], by=by, node_index=index,
-                 ended_at=ended)  # fmt: skip
+                 ended_at=ended, exit_code=report.get("exit_code"))  # fmt: skip
     elif kind == "stopped" and job.status == Status.IN_PROGRESS and job.preemption is not None:
         job.yield_node(by=by, exit_code=report.get("exit_code"), node_index=index)
     elif kind == "stopped":

@@ -121,7 +121,7 @@ class JobEnding:
             return self._report_stop(outcome)
         if outcome.timed_out:
             message = time_limit_message(time_limit_s or 0)
-            answer = self.reporter.failed("time_limit_exceeded", message)
+            answer = self.reporter.failed("time_limit_exceeded", message, outcome.exit_code)
             self.stopped_if_refused(answer, outcome.exit_code)
         elif outcome.exit_code is None:
             answer = self.reporter.failed("node_lost", outcome.lost or LOST_WHILE_AWAY)

@@ -75,8 +75,11 @@ class JobReporter:
     def exited(self, exit_code: int) -> Answer:
         return self.send("exited", exit_code=exit_code)
 
-    def failed(self, code: str, message: str) -> Answer:
-        return self.send("failed", code=code, message=message)
+    def failed(self, code: str, message: str, exit_code: int | None = None) -> Answer:
+        """``exit_code``: the entry point's, where it ended (a time limit's SIGTERM)."""
+        if exit_code is None:
+            return self.send("failed", code=code, message=message)
+        return self.send("failed", code=code, message=message, exit_code=exit_code)
 
     def stopped(self, exit_code: int | None = None) -> Answer:
         """``exit_code``: the entry point's, when its process ended and the code is known."""

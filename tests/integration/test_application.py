@@ -10,7 +10,7 @@ import pytest
 
 from domain.actors import user
 from domain.application import JobNotFound, Outcome, TrainingJobs
-from domain.errors import IllegalTransition, JobNotTerminal, NameTaken
+from domain.errors import DomainError, IllegalTransition, JobNotTerminal, NameTaken
 from domain.reports import WrongNode
 
 if TYPE_CHECKING:
@@ -127,6 +127,20 @@ def test_a_resent_build_report_records_nothing(
     again = lifecycle.report(job_id, report, **facts)
     assert again == Outcome(job_id, None)
     assert event_names(lifecycle.app, job_id) == history
+
+
+def test_a_time_limits_failure_keeps_the_exit_code_its_entry_point_ended_with(
+    lifecycle: Lifecycle,
+) -> None:
+    job_id = lifecycle.in_progress("resnet-50")
+    lifecycle.report(job_id, "failed", code="time_limit_exceeded", message="ran past 1 h",
+                     exit_code=143)  # fmt: skip
+    job = lifecycle.app.job(job_id)
+    assert job.failure == {"code": "time_limit_exceeded", "message": "ran past 1 h"}
+    assert job.placements[0]["exit_code"] == 143
+    with pytest.raises(DomainError, match="exit_code"):
+        lifecycle.report(lifecycle.in_progress("vit"), "failed", code="time_limit_exceeded",
+                         message="ran past 1 h", exit_code=1000)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -587,6 +587,7 @@ def test_a_job_running_past_its_time_limit_is_ended_and_fails_saying_so(
     failed = plane.report_facts("job-1", "failed")
     assert failed["code"] == "time_limit_exceeded"
     assert failed["message"] == "the job ran past its time limit of 2s; it was ended"
+    assert failed["exit_code"] == 143  # how its entry point ended, kept with the failure
     log = plane.log_text("job-1")
     assert "[agent] the job ran past its time limit of 2s: SIGTERM to the job's processes" in log
     assert "[agent] the entry point was killed by SIGTERM (exit code 143)" in log
