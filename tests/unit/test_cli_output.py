@@ -13,6 +13,7 @@ from cli.output.formats import format_duration, format_size, format_timestamp
 from cli.output.jobs import render_job
 from cli.output.tables import render_checkpoints_table, render_jobs_table, render_table
 from cli.output.yaml_like import render_yaml
+from common.durations import human_duration, parse_duration
 
 
 @pytest.fixture
@@ -39,6 +40,22 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 )
 def test_durations_read_like_minutes_and_seconds(seconds: float | None, shown: str) -> None:
     assert format_duration(seconds) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("30m", 1800), ("1.5h", 5400), ("1h30m", 5400), ("1d2h", 93600),
+     ("2h30m15s", 9015), ("1min30sec", 90)],
+)  # fmt: skip
+def test_a_duration_is_read_as_written_and_as_inspect_shows_it(text: str, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+    assert parse_duration(human_duration(seconds)) == seconds  # `time limit: 1h30m` reads back
+
+
+@pytest.mark.parametrize("text", ["30m1h", "1h1h", "1h30", "2h 30m", "1hx", "", "-5m"])
+def test_a_duration_with_parts_out_of_order_or_unknown_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration: use e.g. 90s, 30m, 1h30m"):
+        parse_duration(text)
 
 
 def test_timestamps_are_shown_in_local_time_to_the_second(utc: None) -> None:
