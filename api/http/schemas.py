@@ -56,9 +56,11 @@ AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 
 
 class JobCreate(BaseModel):
-    """A new job; every bound is the ledger's own (``domain/values.py``)."""
+    """A new job; every bound is the ledger's own (``domain/values.py``). No value is taken for
+    another type: ``true`` is no count of accelerators, ``"2"`` no number, ``"yes"`` no
+    ``true``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: JobName = Field(description=values.NAME_RULE)
     repository_url: Annotated[str, bounded(values.check_repository_url)] = Field(

@@ -59,6 +59,31 @@ def test_an_unknown_job_is_a_404_problem_that_points_to_the_list(
     assert "flexai training list" in body["detail"]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("accels", True, "accels: must be a whole number"),
+        ("accels", "2", "accels: must be a whole number"),
+        ("accels", 2.0, "accels: must be a whole number"),
+        ("time_limit_s", "60", "time_limit_s: must be a whole number"),
+        ("max_retries", True, "max_retries: must be a whole number"),
+        ("preemptible", "yes", "preemptible: must be true or false"),
+        ("preemptible", 1, "preemptible: must be true or false"),
+    ],
+)
+def test_a_value_of_another_type_is_refused_not_converted(
+    api: tuple[TestClient, dict[str, str]], field: str, value: object, says: str
+) -> None:
+    """``"accels": true`` was taken for 1 and ``"preemptible": "yes"`` for true."""
+    client, headers = api
+    job = {**SPEC, "name": "typed", field: value}
+    answer = client.post("/v1/jobs", headers=headers, json=job)
+    assert says in assert_problem(answer, 422, "invalid-request")["detail"]
+    listed = client.post("/v1/jobs", headers=headers, json=[job])
+    assert listed.status_code == 207 and listed.json()["results"][0]["status"] == 422
+    assert client.get("/v1/jobs/typed", headers=headers).status_code == 404
+
+
 def test_an_invalid_body_is_a_422_problem_naming_the_field(
     api: tuple[TestClient, dict[str, str]],
 ) -> None:
