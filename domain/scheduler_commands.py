@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from domain.actors import scheduler
+from domain.actors import agent, scheduler
 from domain.job import TrainingJob
 from domain.outcomes import Outcome
 from domain.statuses import Status
@@ -55,13 +55,20 @@ class SchedulerCommands:
             job_id, lambda job: job.reject(code=code, message=message, by=scheduler())
         )
 
-    def node_lost(self, job_id: UUID, node_id: str, message: str) -> Outcome:
+    def node_lost(self, job_id: UUID, node_id: str, message: str,
+                  left: str | None = None) -> Outcome:  # fmt: skip
         """The job's node ``node_id`` was lost: a running job is retried while it has retries
         left, else fails (``node_lost``); one building or waiting looks for other nodes; a stop
-        fails; a job that moved on already is left as it is."""
+        fails; a job that moved on already is left as it is. ``left``: the node's name, when
+        its agent said it is stopping and ended the job's processes there: a stop is then
+        confirmed, not failed."""
 
         def command(job: TrainingJob) -> None:
-            if job.placement_index(node_id, None) is None:
+            index = job.placement_index(node_id, None)
+            if index is None:
+                return
+            if job.status == Status.STOP_IN_PROGRESS and left is not None:
+                job.confirm_stopped(by=agent(left), node_index=index)
                 return
             if job.status == Status.IN_PROGRESS and job.retries_left:
                 job.retry("node_lost", f"{message}; {job.retries_left - 1} retries left",

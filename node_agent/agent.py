@@ -112,6 +112,22 @@ class Agent:
             debug_sessions.stop()
             self.abort_jobs()
             heartbeat.join(timeout=5)
+            self._leave()
+
+    def _leave(self) -> None:
+        """Once its jobs' processes ended (and their last lines shipped), the agent tells the
+        control plane it leaves, unless another agent holds the node now: its jobs are then
+        not left showing ``in progress`` until the node's lease runs out, and no new job is
+        sent to a node no agent runs."""
+        if not self.node_id or self.displaced_by is not None:
+            return
+        try:
+            jobs = self.client.leave(self.node_id)
+        except (ApiError, ApiUnavailable) as error:
+            log.warning("could not tell the control plane that this agent stops (%s): its "
+                        "jobs move on once the node's lease runs out", error)  # fmt: skip
+            return
+        log.info("told the control plane this agent stops (%d job(s) moved on)", jobs)
 
     @property
     def shutting_down(self) -> bool:

@@ -156,6 +156,13 @@ class ControlPlaneClient:
     def heartbeat(self, node_id: str) -> None:
         self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/heartbeat", json={}, retry_for=1.0)
 
+    def leave(self, node_id: str) -> int:
+        """Tell the control plane this node's agent stops, its jobs' processes ended: their
+        jobs move on now, and the node takes none until registered again. How many it had."""
+        answer = self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/leave", json={},
+                            retry_for=1.0)  # fmt: skip
+        return int(answer.get("jobs") or 0)
+
     def assignments(self, node_id: str) -> list[Assignment]:
         return self.poll_assignments(node_id).assignments
 

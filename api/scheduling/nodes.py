@@ -83,6 +83,14 @@ class OperationalState:
                 )
             self._beat(cursor, node_id, moment)
 
+    def leave(self, node_id: str, agent_id: str) -> None:
+        """The node's agent ``agent_id`` stops: the node is no longer live (it takes no new
+        job), and the next agent to register it holds it at once, with no lease to wait out."""
+        with self.database.transaction(write=True) as cursor:
+            cursor.execute("DELETE FROM node_holders WHERE node_id = ? AND agent_id = ?",
+                           (node_id, agent_id))  # fmt: skip
+            cursor.execute("DELETE FROM node_heartbeats WHERE node_id = ?", (node_id,))
+
     def holder(self, node_id: str) -> Holder | None:
         with self.database.transaction() as cursor:
             return self._holder(cursor, node_id, lock=False)

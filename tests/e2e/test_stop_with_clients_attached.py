@@ -1,7 +1,8 @@
 """SIGTERM with everything a server holds open (each store): an agent's long polls, `logs
 --follow` clients and a debug session's relay. The server answers or ends each at once and
 exits within 5 s; the followers resume once it is back, missing no line; then the agent
-stops within 5 s, ending its job's processes. Neither logs a traceback."""
+stops within 5 s, ending its job's processes, and says it left: the job fails at once, saying
+so, with its log's last line the agent's. Neither logs a traceback."""
 
 from __future__ import annotations
 
@@ -113,6 +114,12 @@ def test_sigterm_ends_every_long_poll_stream_and_debug_session_at_once_and_clien
     assert time.monotonic() - signalled < 5
     assert not _running(job_pid), "the agent left its job's process running"
     assert "Traceback" not in cluster.log("agent")
+    wait_until(lambda: cluster.inspect("sleeper")["status"] == "failed")
+    failure = cluster.inspect("sleeper")["failure"]  # the agent said it left: no lease waited
+    assert failure["code"] == "node_lost"
+    assert failure["message"].startswith("the agent of node test-node stopped at "), failure
+    said = "[agent] the node agent is stopping: it ended the job's processes on this node\n"
+    assert cluster.api("GET", "/v1/jobs/sleeper/logs").text.endswith(said)
     assert "failed" not in cluster.log("agent").split("SIGTERM received")[-1]
 
 

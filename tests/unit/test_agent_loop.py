@@ -59,6 +59,7 @@ class FakeClient:
         self.polls = 0
         self.etag = ""
         self.asked_since: list[str | None] = []
+        self.left: list[str] = []
 
     def register(self, name: str, accels: int, accel_type: str, **_: Any) -> str:
         self.registrations += 1
@@ -66,6 +67,10 @@ class FakeClient:
 
     def heartbeat(self, node_id: str) -> None:
         pass
+
+    def leave(self, node_id: str) -> int:
+        self.left.append(node_id)
+        return 0
 
     def assignments(self, node_id: str) -> list[Assignment]:
         self.polls += 1
@@ -274,3 +279,4 @@ def test_the_poll_loop_outlives_its_errors_and_stops_on_shutdown(
     loop.join(5)
     assert client.polls >= 3
     assert not loop.is_alive()
+    assert client.left == [agent.node_id]  # it said it left, once its jobs' processes ended

@@ -4,6 +4,7 @@ uploads of checkpoints and outputs: :mod:`api.http.routes.uploads`)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from uuid import UUID
 
@@ -29,6 +30,7 @@ from api.http.schemas import (
     answer,
 )
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
+from api.scheduling.deadlines import attempt
 from api.services import Services
 from domain.node import Node
 from domain.statuses import Status
@@ -141,6 +143,23 @@ def heartbeat(
     _require_holder(services, node_id, agent_id, node)
     services.state.heartbeat(node_id)
     return {"ok": True}
+
+
+@router.post("/nodes/{node_id}/leave", dependencies=[Depends(LedgerWritable)])
+def leave(
+    node_id: str, agent_id: AgentId, services: ServicesDep, node: CurrentNode
+) -> dict[str, int]:
+    """The node's agent is stopping and has ended its jobs' processes: the node takes no new
+    job until an agent registers it again, and its jobs move on now, as from a lost node (a
+    stop is confirmed), not once its lease ran out. ``jobs``: how many it had."""
+    _require_holder(services, node_id, agent_id, node)
+    services.state.leave(node_id, agent_id)
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    message = f"the agent of node {node} stopped at {at} and ended the job's processes there"
+    job_ids = services.queries.jobs_on_node(node_id)
+    for job_id in job_ids:
+        attempt(services.jobs.node_lost, UUID(job_id), node_id, message, node)
+    return {"jobs": len(job_ids)}
 
 
 @router.get("/nodes/{node_id}/assignments")
