@@ -195,7 +195,8 @@ def check_optional(value: Any, field: str, max_length: int) -> str | None:
 def _check_relative_path(value: Any, field: str) -> str:
     check_text(value, field, max_length=MAX_PATH)
     if value.startswith("/") or ".." in value.split("/"):
-        raise InvalidValue(field, "must be a path inside the repository, without '..'")
+        raise InvalidValue(field, "must be a path inside the repository, relative to its "
+                                  "root (no leading '/', no '..')")  # fmt: skip
     return value
 
 

@@ -39,6 +39,7 @@ from cli.commands import add_json_flag
 from cli.errors import CliError, UsageError
 from cli.sharing_flags import add_sharing_flags, sharing_fields
 from cli.sweeps import MAX_JOBS, in_requests, sweep_assignment, sweep_jobs, swept_values
+from common.durations import human_duration
 
 USAGE = "flexai training run NAME -u REPOSITORY_URL [options] -- ENTRY_POINT [ARGS ...]"
 NAME_RULE = (
@@ -72,7 +73,7 @@ def split_entry_point(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def job_name(value: str) -> str:
     """An argparse type: a job name, or a sweep's stem (its jobs are NAME-1, ...): letters,
     digits, '-' and '_', from a letter or digit on. :func:`build_job` checks the whole rule."""
-    if not _STEM.match(value):
+    if not _STEM.fullmatch(value):
         raise argparse.ArgumentTypeError(f"invalid job name {value!r}: {NAME_RULE}")
     return value
 
@@ -121,7 +122,7 @@ def secret_assignment(value: str) -> tuple[str, str]:
 
 
 def _check_env_name(key: str, value: str) -> None:
-    if not _ENV_NAME.match(key):
+    if not _ENV_NAME.fullmatch(key):
         raise argparse.ArgumentTypeError(
             f"{key!r} in {value!r} is not an environment variable name "
             f"(letters, digits and '_', not starting with a digit)"
@@ -131,6 +132,8 @@ def _check_env_name(key: str, value: str) -> None:
 def repository_url(value: str, cwd: Path | None = None) -> str:
     """Remote and ``file://`` URLs as given; a local path made absolute (the agent on this
     machine clones from there), after checking that it exists."""
+    if not value.strip():
+        raise CliError(f"the repository URL is empty; {_GIVE}")
     _refuse_git_injection(value)
     if "://" in value or _SCP_LIKE.match(value):
         return value
@@ -141,6 +144,12 @@ def repository_url(value: str, cwd: Path | None = None) -> str:
         raise CliError(
             f"the repository path {absolute} does not exist: give a git URL, a file:// URL, "
             f"or the path of a local git repository"
+        )
+    bare = (absolute / "HEAD").is_file() and (absolute / "objects").is_dir()
+    if not (absolute / ".git").exists() and not bare:
+        raise CliError(
+            f"the repository path {absolute} is not a git repository (no .git in it): give "
+            f"the root of a git checkout, or a bare repository"
         )
     return str(absolute)
 
@@ -281,7 +290,7 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         raise UsageError(
             f"{', '.join(both)} is given both with --env and --secret", prog="flexai training run"
         )
-    if not getattr(args, "sweep", None) and not _NAME.match(args.name):
+    if not getattr(args, "sweep", None) and not _NAME.fullmatch(args.name):
         raise UsageError(f"invalid job name {args.name!r}: {NAME_RULE} (a --sweep's NAME is "
                          "the stem of its jobs' names, NAME-1, ...)", prog="flexai training run")
     if len(set(args.dataset)) != len(args.dataset):
@@ -317,7 +326,12 @@ def execute(args: argparse.Namespace) -> int:
     from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
-        created = client.create_job(job)
+        try:
+            created = client.create_job(job)
+        except CliError as refused:
+            if refused.status == 422:
+                refused.message = in_flags(refused.message)
+            raise
     if args.json:
         print(render_json(created))
         return 0
@@ -330,6 +344,38 @@ def execute(args: argparse.Namespace) -> int:
     out.write(f"Follow its logs:  flexai training logs {name} --follow\n")
     out.write(f"Inspect it:       flexai training inspect {name}\n")
     return 0
+
+
+_FLAGS = {
+    "repository_url": "--repository-url", "repository_revision": "--repository-revision",
+    "requirements_path": "--requirements-path", "accels": "--accels", "nodes": "--nodes",
+    "env": "--env", "secrets": "--secret", "datasets": "--dataset", "checkpoint": "--checkpoint",
+    "time_limit_s": "--time-limit", "stop_grace_s": "--stop-grace", "priority": "--priority",
+    "preemptible": "--preemptible", "max_retries": "--max-retries",
+    "retry_on_exit_codes": "--retry-on-exit-codes", "entry_point": "the entry point (after --)",
+}  # fmt: skip
+_FIELD = re.compile(r"\b(" + "|".join(_FLAGS) + r")(\[\d+\]|\.\w+)?(:| must| is)")
+_SECONDS_BOUND = re.compile(r"(--time-limit|--stop-grace): must be at (most|least) (\d+)\b")
+
+
+def in_flags(message: str) -> str:
+    """A refusal of the control plane in the words of this command: its flags for the API's
+    fields (``time_limit_s: must be at most 31622400`` is ``--time-limit: must be at most
+    366d``)."""
+    named = _FIELD.sub(_flag_of, message)
+    return _SECONDS_BOUND.sub(
+        lambda m: f"{m.group(1)}: must be at {m.group(2)} {human_duration(int(m.group(3)))}",
+        named,
+    )
+
+
+def _flag_of(found: re.Match[str]) -> str:
+    field, part, after = found.groups()
+    if part and part.startswith("."):  # env.KEY: --env KEY
+        return f"{_FLAGS[field]} {part[1:]}{after}"
+    if part and field == "entry_point":
+        return f"part {part[1:-1]} of the entry point (after --){after}"
+    return f"{_FLAGS[field]}{part or ''}{after}"
 
 
 def _run_sweep(job: dict[str, Any], sweep: list[tuple[str, list[str]]], as_json: bool) -> int:
@@ -364,7 +410,7 @@ def _run_sweep(job: dict[str, Any], sweep: list[tuple[str, list[str]]], as_json:
         out.write(f"Follow one's logs:  flexai training logs {started[0]['name']} --follow\n")
         out.write(f"List them:          flexai training list --name-prefix {job['name']}-\n")
     for sent, result in failed:
-        detail = (result.get("problem") or {}).get("detail", "refused")
+        detail = in_flags((result.get("problem") or {}).get("detail", "refused"))
         sys.stderr.write(f"error: {sent['name']} ({swept_values(sent, sweep)}) was not "
                          f"started: {detail}\n")  # fmt: skip
     return 1 if failed else 0

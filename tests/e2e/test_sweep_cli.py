@@ -28,7 +28,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             database_url = stack.enter_context(fresh_database("flexai_e2e"))
         cluster = start_server(root, database_url, scheduling_patience=3600)
         stack.callback(cluster.stop)
-        (root / "repo").mkdir()
+        (root / "repo" / ".git").mkdir(parents=True)  # no job of these runs: no commit needed
         yield cluster
 
 

@@ -44,6 +44,7 @@ def use(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
 
 
 def run_high(name: str, repo: Path) -> int:
+    (repo / ".git").mkdir(exist_ok=True)  # the CLI checks that -u is a git checkout's root
     return main(["training", "run", name, "-u", str(repo), "--priority", "high",
                  "--max-retries", "2", "--retry-on-exit-codes", "137,143", "--", "train.py"])
 

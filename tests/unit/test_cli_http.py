@@ -67,6 +67,12 @@ class FakeControlPlane:
         self.answer(method, path, status, body)
 
 
+def checkout(root: Path) -> str:
+    """A git checkout's root to give as ``-u`` (the CLI checks that it is one)."""
+    (root / "repo" / ".git").mkdir(parents=True, exist_ok=True)
+    return str(root / "repo")
+
+
 def send(handler: BaseHTTPRequestHandler, status: int, kind: str, payload: bytes) -> None:
     handler.send_response(status)
     handler.send_header("Content-Type", kind)
@@ -157,7 +163,7 @@ def test_run_posts_the_job_with_the_token_and_says_how_to_follow_it(
 ) -> None:
     plane.answer("POST", "/v1/jobs", 201, job_public())
     code = main(
-        ["training", "run", "my-job", "-u", str(tmp_path), "-E", "A=1", "--", "train.py", "-x"]
+        ["training", "run", "my-job", "-u", checkout(tmp_path), "-E", "A=1", "--", "train.py", "-x"]
     )
     out = capsys.readouterr().out
     assert code == 0
@@ -166,7 +172,7 @@ def test_run_posts_the_job_with_the_token_and_says_how_to_follow_it(
     [request] = plane.seen
     assert request.headers["Authorization"] == f"Bearer {TOKEN}"
     body = json.loads(request.body)
-    assert body["repository_url"] == str(tmp_path)
+    assert body["repository_url"] == str(tmp_path / "repo")
     assert body["env"] == {"A": "1"}
     assert body["entry_point"] == ["train.py", "-x"]
 
@@ -175,12 +181,12 @@ def test_run_from_a_checkpoint_name_says_which_checkpoint_it_pinned(
     plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plane.answer("POST", "/v1/jobs", 201, job_public(spec={"input_checkpoint_id": "c-42"}))
-    assert main(["training", "run", "my-job", "-u", str(tmp_path), "-C", "checkpoint-500",
+    assert main(["training", "run", "my-job", "-u", checkout(tmp_path), "-C", "checkpoint-500",
                  "--", "train.py"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "It starts from checkpoint c-42, the newest named checkpoint-500.\n" in out
     plane.answer("POST", "/v1/jobs", 201, job_public(spec={"input_checkpoint_id": "c-42"}))
-    assert main(["training", "run", "my-job", "-u", str(tmp_path), "-C", "c-42",
+    assert main(["training", "run", "my-job", "-u", checkout(tmp_path), "-C", "c-42",
                  "--", "train.py"]) == 0  # fmt: skip
     assert "It starts from" not in capsys.readouterr().out
 
@@ -189,7 +195,8 @@ def test_run_json_prints_the_job_public_answer(
     plane: FakeControlPlane, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plane.answer("POST", "/v1/jobs", 201, job_public())
-    assert main(["training", "run", "my-job", "-u", str(tmp_path), "--json", "--", "t.py"]) == 0
+    argv = ["training", "run", "my-job", "-u", checkout(tmp_path), "--json", "--", "t.py"]
+    assert main(argv) == 0
     assert json.loads(capsys.readouterr().out) == job_public()
 
 
@@ -198,7 +205,7 @@ def test_a_problem_answer_becomes_one_error_line_with_its_detail(
 ) -> None:
     detail = "the name my-job is taken by a job that is not deleted; pick another name"
     plane.problem("POST", "/v1/jobs", 409, "name-taken", detail)
-    code = main(["training", "run", "my-job", "-u", str(tmp_path), "--", "train.py"])
+    code = main(["training", "run", "my-job", "-u", checkout(tmp_path), "--", "train.py"])
     assert code == 1
     assert one_error_line(capsys.readouterr().err) == detail
 
@@ -216,7 +223,7 @@ def test_a_framework_validation_answer_names_the_field(
 ) -> None:
     body = {"detail": [{"loc": ["body", "accels"], "msg": "Input should be >= 1"}]}
     plane.answer("POST", "/v1/jobs", 422, body, content_type="application/json")
-    assert main(["training", "run", "my-job", "-u", str(tmp_path), "--", "t.py"]) == 1
+    assert main(["training", "run", "my-job", "-u", checkout(tmp_path), "--", "t.py"]) == 1
     assert one_error_line(capsys.readouterr().err) == "accels: Input should be >= 1"
 
 

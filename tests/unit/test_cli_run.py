@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from cli.commands.run import build_job, repository_url, split_entry_point
+from cli.commands.run import build_job, in_flags, repository_url, split_entry_point
 from cli.errors import CliError, UsageError
 from cli.main import build_parser, main
+
+
+@pytest.fixture(autouse=True)
+def checkout(tmp_path: Path) -> None:
+    """``tmp_path``, which most tests give as ``-u``, is a git checkout's root (its ``.git``)."""
+    (tmp_path / ".git").mkdir()
 
 
 def parse_run(argv: list[str]) -> argparse.Namespace:
@@ -155,7 +161,7 @@ def test_remote_and_file_urls_are_passed_as_given(url: str) -> None:
 
 
 def test_a_local_path_becomes_absolute(tmp_path: Path) -> None:
-    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
     assert repository_url("repo", cwd=tmp_path) == str(tmp_path / "repo")
     assert repository_url("./repo/../repo", cwd=tmp_path) == str(tmp_path / "repo")
 
@@ -206,3 +212,31 @@ def test_retry_exit_codes_without_retries_are_refused_saying_to_add_them(tmp_pat
     with pytest.raises(UsageError) as caught:
         build_job(args)
     assert "--max-retries N" in str(caught.value) and caught.value.exit_code == 2
+
+
+def test_an_empty_url_or_a_folder_that_is_no_git_repository_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CliError, match="the repository URL is empty"):
+        repository_url("", cwd=tmp_path)
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(CliError, match="plain is not a git repository"):
+        repository_url("plain", cwd=tmp_path)
+    bare = tmp_path / "bare.git"
+    (bare / "objects").mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    assert repository_url("bare.git", cwd=tmp_path) == str(bare)
+
+
+def test_a_name_with_a_trailing_newline_is_refused_here(tmp_path: Path) -> None:
+    with pytest.raises((UsageError, SystemExit)):
+        build_job(parse_run(["abc\n", "-u", str(tmp_path), "--", "t.py"]))
+
+
+def test_the_servers_refusal_names_this_commands_flags_and_durations() -> None:
+    said = in_flags("the request is invalid: time_limit_s: must be at most 31622400; "
+                    "env.LR: must not be empty; entry_point[0] must not be empty")  # fmt: skip
+    assert said == ("the request is invalid: --time-limit: must be at most 366d; --env LR: "
+                    "must not be empty; part 0 of the entry point (after --) must not be empty")
+    assert in_flags("stop_grace_s: must be at most 3600") == "--stop-grace: must be at most 1h"
+    assert in_flags("a job named 'accels-2' already exists") == (
+        "a job named 'accels-2' already exists"
+    )

@@ -10,7 +10,9 @@ import pytest
 from cli.commands.run import build_job
 from cli.errors import UsageError
 from cli.sweeps import MAX_JOBS, PER_REQUEST, REQUEST_BYTES, in_requests, sweep_jobs
-from tests.unit.test_cli_run import parse_run
+from tests.unit.test_cli_run import checkout, parse_run
+
+__all__ = ["checkout"]  # its fixture applies here too: tmp_path is a git checkout's root
 
 
 def jobs_of(tmp_path: Path, *flags: str, name: str = "grid") -> list[dict[str, object]]:
