@@ -58,6 +58,16 @@ class NameTaken(DomainError):
         )
 
 
+class NameGivenTwice(NameTaken):
+    """A name given to two jobs of one list: the second is refused (as a taken name is)."""
+
+    def __init__(self, name: str) -> None:
+        DomainError.__init__(
+            self, f"the name '{name}' is given to an earlier job of this list too: give each "
+            "job of a list a name of its own",
+        )  # fmt: skip
+
+
 class JobNotTerminal(DomainError):
     def __init__(self, name: str, status: Status) -> None:
         self.status = status

@@ -17,7 +17,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import RecordConflictError
 
 from domain.actors import Actor, scheduler
-from domain.errors import DomainError
+from domain.errors import DomainError, NameGivenTwice
 from domain.job import TrainingJob
 from domain.job_name import JobName
 
@@ -88,8 +88,10 @@ def stage(
     staged = Staged()
     for name, spec in submissions:
         try:
+            if name in staged.names:
+                raise NameGivenTwice(name)
             job = TrainingJob.submit(owner=owner, name=name, spec=spec, by=by)
-            index = staged.names.get(name) or read(name)
+            index = read(name)
             if index is None:
                 index = JobName(owner=owner, name=name, job_id=job.id)
             else:

@@ -17,7 +17,7 @@ from api.services import build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.application import Outcome, TrainingJobs
-from domain.errors import InvalidJobSpec, NameTaken
+from domain.errors import InvalidJobSpec, NameGivenTwice, NameTaken
 from tests.integration.conftest import job_spec
 
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"]}
@@ -83,6 +83,7 @@ def test_an_invalid_job_and_a_taken_name_fail_alone_and_the_others_are_created(
                      "checkpoint-not-found"]  # fmt: skip
     assert all(problem["status"] and problem["title"] for problem in problems)
     assert "delete that job first" in problems[0]["detail"]
+    assert "given to an earlier job of this list too" in problems[3]["detail"]  # ok-4 again
     assert "accels" in problems[1]["detail"]
     assert "repository_url" in problems[2]["detail"] and "entry_point" in problems[2]["detail"]
     assert listed_names(client, headers) == {"taken", "ok-1", "ok-4", "ok-6"}
@@ -120,7 +121,7 @@ def test_submit_many_saves_the_accepted_jobs_once_each_with_its_name_claimed(
     results = app.submit_many("alice", [("run-1", spec), ("run-2", spec), ("bad name", spec),
                                         ("run-3", spec), ("run-1", spec)], by=by)  # fmt: skip
     kinds = [type(result) for result in results]
-    assert kinds == [Outcome, NameTaken, InvalidJobSpec, Outcome, NameTaken]
+    assert kinds == [Outcome, NameTaken, InvalidJobSpec, Outcome, NameGivenTwice]
     saved = [result for result in results if isinstance(result, Outcome)]
     holders = [app.job_id_for("alice", name) for name in ("run-1", "run-2", "run-3")]
     assert holders == [saved[0].job_id, earlier.job_id, saved[1].job_id]
