@@ -61,6 +61,11 @@ def load_client_config(api_url: str | None = None, token: str | None = None) -> 
             f"no API token: run `flexai login` (or set FLEXAI_TOKEN); on the server's machine "
             f"`flexai server` wrote the admin's to {path}"
         )
+    if url.rstrip("/").endswith("/v1"):
+        raise ConfigError(
+            f"the API URL {url} ends with /v1: give the server's root, {url.rstrip('/')[:-3]} "
+            "(each request adds /v1 itself)"
+        )
     return ClientConfig(api_url=url.rstrip("/"), token=secret)
 
 

@@ -252,6 +252,19 @@ def test_an_unreachable_server_says_to_start_it(
     )
 
 
+def test_an_api_url_ending_with_v1_says_to_give_the_servers_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLEXAI_CONFIG", str(tmp_path / "absent.json"))
+    monkeypatch.setenv("FLEXAI_API_URL", "http://127.0.0.1:8000/v1/")
+    monkeypatch.setenv("FLEXAI_TOKEN", TOKEN)
+    assert main(["training", "list"]) == 1
+    assert one_error_line(capsys.readouterr().err) == (
+        "the API URL http://127.0.0.1:8000/v1/ ends with /v1: give the server's root, "
+        "http://127.0.0.1:8000 (each request adds /v1 itself)"
+    )
+
+
 # --- list, inspect, checkpoints, stop, delete --------------------------------------------
 
 
