@@ -40,7 +40,7 @@ def text_problem(raw: bytes, where: str) -> Problem | None:
 
 def path_problem(raw: bytes) -> Problem | None:
     """Why the percent-encoded path ``raw`` can name no resource, if it cannot."""
-    if b"%2f" in raw.lower():
+    if b"%2F" in raw or b"%2f" in raw:
         return Problem(
             422, "invalid-request", "Invalid request",
             "the request's path holds an encoded '/' (%2F) inside a name; no job, dataset, "

@@ -48,8 +48,15 @@ def lose_silent_nodes(services: Services, started_at: datetime) -> None:
             f"{timeout:g} s before {now.isoformat(timespec='seconds')}"
         )
         log.warning("%s; %d job(s) there", message, len(job_ids))
-        for job_id in job_ids:
-            attempt(services.jobs.node_lost, UUID(job_id), row["id"], message)
+        move_jobs_off(services, row["id"], job_ids, message)
+
+
+def move_jobs_off(services: Services, node_id: str, job_ids: list[str], message: str,
+                  left: str | None = None) -> None:  # fmt: skip
+    """The node's jobs move on as from a lost node (``left``: its name, when its agent said it
+    stopped and ended their processes; see ``TrainingJobs.node_lost``)."""
+    for job_id in job_ids:
+        attempt(services.jobs.node_lost, UUID(job_id), node_id, message, left)
 
 
 def end_overdue(services: Services) -> None:

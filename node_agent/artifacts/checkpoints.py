@@ -87,11 +87,10 @@ class CheckpointWatcher:
         self.uploaded: list[str] = []
         """The names the checkpoints were uploaded as (``NAME.v2`` for a second one)."""
         self._refused: set[str] = set()  # refused for good
-        self._taken: dict[str, Taken] = {}  # uploaded, by name in the directory
-        self._seen: dict[str, tuple[Signature, float]] = {}
         self.record = record
-        if record is not None:
-            self._taken = _read_record(record, job_id)
+        # uploaded, by name in the directory (by an earlier watcher too, in the record)
+        self._taken = {} if record is None else _read_record(record, job_id)
+        self._seen: dict[str, tuple[Signature, float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name=f"ckpt-{job_id}", daemon=True)
 

@@ -134,13 +134,6 @@ class LogShipper:
         lead = "\n" if last not in (b"", b"\n") else ""
         self.write(f"{lead}{text}\n".encode(errors="replace"))
 
-    def abandon(self) -> None:
-        """Stop shipping as soon as possible (the agent is going away)."""
-        with self._changed:
-            self._closing = True
-            self._given_up = True
-            self._changed.notify_all()
-
     def close(self, timeout: float | None = None) -> bool:
         """Ship what is left and stop; True when every byte has been acknowledged.
 

@@ -295,7 +295,7 @@ def shipping_attempts(
     shipper = LogShipper(client, "job-1", tmp_path / "job.log", flush_interval=0.01)
     shipper.write(b"line\n")
     time.sleep(seconds)
-    shipper.abandon()
+    shipper.close(timeout=0)
     client.close()
     server.shutdown()
     return [later - earlier for earlier, later in itertools.pairwise(store.times)]

@@ -30,7 +30,7 @@ from api.http.schemas import (
     answer,
 )
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
-from api.scheduling.deadlines import attempt
+from api.scheduling.deadlines import move_jobs_off
 from api.services import Services
 from domain.node import Node
 from domain.statuses import Status
@@ -157,8 +157,7 @@ def leave(
     at = datetime.now(UTC).isoformat(timespec="seconds")
     message = f"the agent of node {node} stopped at {at} and ended the job's processes there"
     job_ids = services.queries.jobs_on_node(node_id)
-    for job_id in job_ids:
-        attempt(services.jobs.node_lost, UUID(job_id), node_id, message, node)
+    move_jobs_off(services, node_id, job_ids, message, left=node)
     return {"jobs": len(job_ids)}
 
 
