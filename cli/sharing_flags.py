@@ -63,8 +63,9 @@ def add_sharing_flags(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--max-retries", type=retry_count, metavar="N",
-        help="run the job again, from its last checkpoint, up to N times when its node is lost "
-        f"(or it ends with a --retry-on-exit-codes code): 0 to {MAX_RETRIES} (default: 0)",
+        help="run the job again, from its last checkpoint, up to N times when the "
+        "infrastructure fails it (its node is lost, its node agent restarts, ...) or it ends "
+        f"with a --retry-on-exit-codes code: 0 to {MAX_RETRIES} (default: 0)",
     )  # fmt: skip
     parser.add_argument(
         "--retry-on-exit-codes", type=exit_codes, metavar="CODES",

@@ -55,3 +55,27 @@ def place_in_line(waiting: Mapping[str, Any]) -> str | None:
     if waiting.get("place") is None:
         return None
     return f"{waiting['place']}" + (f" of {waiting['of']}" if waiting.get("of") else "")
+
+
+def whose_failure(failure: Mapping[str, Any], max_retries: int, retries_left: int) -> str | None:
+    """Whose a job's failure was and what its retries did, in one line (None for a failure
+    without a kind: a stop that failed, or a view folded before kinds)."""
+    kind = failure.get("kind")
+    if kind == "user":
+        return "the job's own (its code or its spec)"
+    if kind != "infrastructure":
+        return None
+    if max_retries == 0:
+        return ("the infrastructure's, not the job's; it was run without retries: with "
+                "--max-retries N such a failure runs it again from its last checkpoint")
+    if retries_left:  # a failure recorded before every infrastructure failure was retried
+        return f"the infrastructure's, not the job's ({retries_left} retries were left)"
+    return f"the infrastructure's, not the job's, after all {max_retries} retries were spent"
+
+
+def retries_line(max_retries: int, retries_left: int) -> str | None:
+    """How many retries a job spent and has left (None: it asked for none)."""
+    if max_retries <= 0:
+        return None
+    spent = max_retries - retries_left
+    return f"{spent} of {max_retries} spent, {retries_left} left"

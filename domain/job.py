@@ -28,6 +28,7 @@ from domain.job_facts import (
 )
 from domain.job_name import check_name
 from domain.lifecycle import require
+from domain.sharing import EXITED
 from domain.statuses import Status
 
 
@@ -124,6 +125,7 @@ class TrainingJob(JobAttempts):
         require(self, "BuildFailed")
         check_failure(code, message)
         checked(values.check_commit, commit)
+        self.refuse_failing_what_is_retried(code)
         self._build_failed(code=code, message=self._on_node(message, node_index),
                            commit=commit, node_index=node_index, by=by)  # fmt: skip
 
@@ -146,15 +148,14 @@ class TrainingJob(JobAttempts):
                 require(self, "NodeExited")
                 self._node_exited(node_index=node_index, exit_code=0, by=by)
             return
-        require(self, "Failed")
-        message = self._on_node(f"the entry point exited with code {exit_code}", node_index)
-        self._failed(code="entry_point_failed", message=message, exit_code=exit_code,
-                     node_index=node_index, by=by, ended_at=ended_at)  # fmt: skip
+        self.fail(EXITED, f"the entry point exited with code {exit_code}", by, node_index,
+                  ended_at, exit_code)  # fmt: skip
 
     def fail(self, code: str, message: str, by: Actor, node_index: int | None = None,
              ended_at: str | None = None, exit_code: int | None = None) -> None:  # fmt: skip
         require(self, "Failed")
         check_failure(code, message, exit_code)
+        self.refuse_failing_what_is_retried(code, exit_code)
         if node_index is not None:
             message = self._on_node(message, node_index)
         self._failed(code=code, message=message, exit_code=exit_code, node_index=node_index,
@@ -300,9 +301,8 @@ class TrainingJob(JobAttempts):
         self.status = Status.ENQUEUED
 
     class Started(Aggregate.Event):
-        """Every node built and its accelerators allocated: the job runs. Version 2 always
-        holds ``allocations`` (each node's indices); version 1, from before multi-node jobs,
-        held node 0's ``accelerators`` only, and is upcast when read."""
+        """Every node built and its accelerators allocated: the job runs. Version 2 holds each
+        node's ``allocations``; version 1 (before multi-node jobs) node 0's, upcast when read."""
 
         class_version = 2
         commit: str | None

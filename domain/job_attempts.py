@@ -16,12 +16,16 @@ import domain.values as values
 from domain.actors import Actor
 from domain.errors import DomainError, checked
 from domain.job_state import JobState
-from domain.lifecycle import require
-from domain.sharing import preemptible
+from domain.lifecycle import ROWS, require
+from domain.sharing import preemptible, retry_cause
 from domain.statuses import Status
 
 JOB_EVENT_PREFIXES = ("TrainingJob.", "JobAttempts.")
 """The qualified names of a job's events start with one of these."""
+
+
+RETRIED_FROM = ROWS["Retried"].sources
+"""Where an attempt may be retried: on its nodes, building, waiting or running."""
 
 
 def is_job_event(domain_event: object) -> bool:
@@ -65,6 +69,34 @@ class JobAttempts(JobState, Aggregate):
         self._preempted(attempt=self.attempt, for_job=str(preemption.get("for_job", "")),
                         for_owner=str(preemption.get("for_owner", "")), exit_code=exit_code,
                         allocations_released=released, by=by)  # fmt: skip
+
+    def retry_if_owed(self, code: str, message: str, by: Actor,
+                      exit_code: int | None = None) -> bool:  # fmt: skip
+        """The attempt cannot go on for ``code`` (``message`` says why): the job is retried
+        (``Retried``) when :meth:`owes_retry`; False leaves the failure to the caller."""
+        cause = retry_cause(self.spec, code, exit_code)
+        if cause is None or not self.owes_retry(code, exit_code):
+            return False
+        self.retry(cause, f"{message}; {self.retries_left - 1} retries left", by=by)
+        return True
+
+    def owes_retry(self, code: str, exit_code: int | None = None) -> bool:
+        """Whether a failure for ``code`` (and ``exit_code``) must be retried rather than end
+        the job: the job retries on it (every failure of the infrastructure, and the exit codes
+        it names), has retries left, and is on its nodes (building, waiting or running)."""
+        return (
+            retry_cause(self.spec, code, exit_code) is not None
+            and self.retries_left > 0
+            and self.status in RETRIED_FROM
+        )
+
+    def refuse_failing_what_is_retried(self, code: str, exit_code: int | None = None) -> None:
+        """A failure the job is owed a retry for is never recorded as its end."""
+        if self.owes_retry(code, exit_code):
+            raise DomainError(
+                f"job '{self.name}' has {self.retries_left} retries left and retries on "
+                f"{retry_cause(self.spec, code, exit_code)}: it is retried, not failed"
+            )
 
     def retry(self, cause: str, message: str, by: Actor) -> None:
         """The attempt failed for ``cause`` (``node_lost``, ``exit code 137``) and retries are

@@ -8,9 +8,10 @@ from typing import Any
 
 from domain.actors import Actor, agent
 from domain.errors import DomainError
+from domain.failures import is_infrastructure
 from domain.job import TrainingJob
 from domain.job_facts import end_moment
-from domain.sharing import retry_cause
+from domain.sharing import EXITED
 from domain.statuses import Status
 
 
@@ -61,11 +62,14 @@ def apply_report(
         return False
     ended = end_moment(report.get("ended_at"))  # when the entry point ended, if it says
     if kind == "build_failed":
-        job.fail_build(code=report["code"], message=report["message"],
-                       commit=report.get("commit"), by=by, node_index=index)  # fmt: skip
+        _build_failed(job, report, by, index)
     elif kind == "exited":
         _exited(job, int(report["exit_code"]), by, index, ended)
     elif kind == "failed":
+        if job.status == Status.IN_PROGRESS and job.retry_if_owed(
+            report["code"], _on_node(job, report["message"], index), by, report.get("exit_code")
+        ):
+            return True
         job.fail(code=report["code"], message=report["message"], by=by, node_index=index,
                  ended_at=ended, exit_code=report.get("exit_code"))  # fmt: skip
     elif kind == "stopped" and job.status == Status.IN_PROGRESS and job.preemption is not None:
@@ -80,17 +84,38 @@ def apply_report(
     return True
 
 
+def _build_failed(job: TrainingJob, report: dict[str, Any], by: Actor, index: int) -> None:
+    """A node could not build the job, or (an infrastructure failure) its agent failed before
+    the entry point started: retried while the job has retries left; once built and waiting
+    for its accelerators, with none left, it looks for other nodes, as from a lost node."""
+    code, message = report["code"], report["message"]
+    if job.status in (Status.BUILDING, Status.ENQUEUED) and job.retry_if_owed(
+        code, _on_node(job, message, index), by
+    ):
+        return
+    if job.status == Status.ENQUEUED and is_infrastructure(code):
+        job.requeue(f"{_on_node(job, message, index)}; the job looks for another node", by=by)
+        return
+    job.fail_build(code=code, message=message, commit=report.get("commit"), by=by,
+                   node_index=index)  # fmt: skip
+
+
 def _exited(job: TrainingJob, exit_code: int, by: Actor, index: int, ended_at: str | None
             ) -> None:  # fmt: skip
     """An entry point's exit: an exit code the job retries on, with retries left, is retried
     (``Retried``); any other ends or fails the job."""
-    cause = retry_cause(job.spec, "entry_point_failed", exit_code) if exit_code else None
-    if cause is not None and job.retries_left and job.status == Status.IN_PROGRESS:
-        where = f" on node {job.placements[index]['node_name']}" if job.placements else ""
-        job.retry(cause, f"attempt {job.attempt} ended with {cause}{where}; "
-                  f"{job.retries_left - 1} retries left", by=by)  # fmt: skip
+    attempt = f"attempt {job.attempt} ended with exit code {exit_code}"
+    if (exit_code and job.status == Status.IN_PROGRESS
+            and job.retry_if_owed(EXITED, _on_node(job, attempt, index), by, exit_code)):
         return
     job.finish(exit_code=exit_code, by=by, node_index=index, ended_at=ended_at)
+
+
+def _on_node(job: TrainingJob, message: str, index: int) -> str:
+    """A retry's message names the node the attempt failed on."""
+    if not job.placements or index >= len(job.placements):
+        return message
+    return f"{message} on node {job.placements[index]['node_name']}"
 
 
 def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:

@@ -70,11 +70,9 @@ class SchedulerCommands:
             if job.status == Status.STOP_IN_PROGRESS and left is not None:
                 job.confirm_stopped(by=agent(left), node_index=index)
                 return
-            if job.status == Status.IN_PROGRESS and job.retries_left:
-                job.retry("node_lost", f"{message}; {job.retries_left - 1} retries left",
-                          by=scheduler())  # fmt: skip
-            elif job.status == Status.IN_PROGRESS:
-                job.fail("node_lost", message, by=scheduler())
+            if job.status == Status.IN_PROGRESS:
+                if not job.retry_if_owed("node_lost", message, by=scheduler()):
+                    job.fail("node_lost", message, by=scheduler())
             elif job.status in (Status.BUILDING, Status.ENQUEUED):
                 job.requeue(f"{message}; the job looks for another node", by=scheduler())
             elif job.status == Status.STOP_IN_PROGRESS:

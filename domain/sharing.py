@@ -3,7 +3,7 @@ is retried. These live in the job's spec (stored only where they differ from the
 specs written before them read the same); the scheduler's policy (:mod:`domain.policy`) and the
 job's commands read them here.
 
-Imports: domain.values only.
+Imports: domain.values and domain.failures only.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from domain.failures import is_infrastructure
 from domain.values import InvalidValue, check_int
 
 PRIORITIES = ("low", "normal", "high")
@@ -18,9 +19,10 @@ PRIORITIES = ("low", "normal", "high")
 DEFAULT_PRIORITY = "normal"
 MAX_RETRIES = 20
 MAX_RETRY_CODES = 16
+EXITED = "entry_point_failed"
+"""The code of an entry point's own exit: the only failure an exit code is retried on (the
+time limit's SIGTERM is not, whatever code it ends with)."""
 SHARING_FIELDS = frozenset({"priority", "preemptible", "max_retries", "retry_on_exit_codes"})
-RETRIED_FAILURES = frozenset({"node_lost"})
-"""Failures a job with retries left is always retried on: it did nothing wrong itself."""
 
 
 def priority_of(spec: Mapping[str, Any]) -> str:
@@ -73,10 +75,12 @@ def check_sharing(spec: Mapping[str, Any]) -> None:
 
 
 def retry_cause(spec: Mapping[str, Any], code: str, exit_code: int | None) -> str | None:
-    """Why an attempt that ended so is retried (``node_lost``, ``exit code 137``); None: the
-    job fails for good (what retries it has left is the job's to count)."""
-    if code in RETRIED_FAILURES:
+    """Why an attempt that ended so is retried (``node_lost``, ``exit code 137``): every
+    failure of the infrastructure (:mod:`domain.failures`), and an entry point's exit with a
+    code the job names; None: the job fails for good (what retries it has left is the job's
+    to count)."""
+    if is_infrastructure(code):
         return code
-    if exit_code is not None and exit_code in retry_codes(spec):
+    if code == EXITED and exit_code is not None and exit_code in retry_codes(spec):
         return f"exit code {exit_code}"
     return None

@@ -37,7 +37,7 @@ LOST_WHILE_AWAY = (
 )
 NEVER_LAUNCHED = (
     "the node agent went down before it started the entry point, and no process of the job "
-    "runs: run the job again"
+    "ran"
 )
 
 

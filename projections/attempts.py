@@ -51,8 +51,17 @@ def _preempted(document: dict[str, Any], facts: dict[str, Any], at: str) -> None
 
 
 def _retried(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
+    """Retried while it ran, or (its agent failed) while it built or waited: an attempt that
+    never started is listed too, with no start."""
+    attempts = document.setdefault("attempts", [])
+    attempt = int(facts["attempt"])
+    if not attempts or attempts[-1]["attempt"] != attempt:
+        nodes = [placement["node"] for placement in document.get("placements") or []]
+        attempts.append({"attempt": attempt, "nodes": nodes, "started_at": None,
+                         "ended_at": None, "cause": None})  # fmt: skip
     close_attempt(document, at, str(facts["cause"]))
-    document["attempt"] = int(facts["attempt"]) + 1
+    document["retries_left"] = int(facts["retries_left"])
+    document["attempt"] = attempt + 1
     document["preemption"] = None
     document["node"] = document["node_id"] = None
     document["accelerators"], document["placements"] = [], []

@@ -10,6 +10,7 @@ from typing import Any
 from domain.events import event_facts, event_name
 from domain.job_attempts import JOB_EVENT_PREFIXES
 from domain.lifecycle import EVENT_STATUS
+from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 from projections.attempts import ATTEMPT_FOLDERS, close_attempt, open_attempt
 from projections.datasets import DATASET_SCHEMA, apply_dataset_event
@@ -20,6 +21,7 @@ from projections.debug_sessions import (
     apply_debug_session_event,
 )
 from projections.documents import dump_json
+from projections.endings import exited, failed, stop_failed, stop_requested, stopped
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS projection_tracking (
@@ -74,7 +76,7 @@ SCHEMA = [
 ]
 VIEW_TABLES = ("job_list", "job_details", "checkpoints", "nodes", "job_nodes", "datasets",
                "dataset_versions", "debug_sessions")  # fmt: skip
-VIEWS_VERSION = 4
+VIEWS_VERSION = 5
 """Raised whenever a view table changes shape: the views are then rebuilt from the ledger."""
 
 
@@ -178,6 +180,7 @@ def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
         "failure": None, "stop": None, "logs_unavailable": None, "outputs": [],
         "placements": [], "rendezvous": None, "waiting_on": [],
         "attempt": 1, "attempts": [], "preemption": None, "last_checkpoint_id": None,
+        "retries_left": max_retries(submitted.spec),
         "history": [],
     }  # fmt: skip
 
@@ -226,44 +229,9 @@ def _started(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     open_attempt(document, at)
 
 
-def _exited(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    index = facts.get("node_index")
-    if index is not None and index < len(document["placements"]):
-        document["placements"][index]["exit_code"] = facts.get("exit_code")
-
-
-def _failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    document["failure"] = {"code": facts.get("code", "stop_failed"), "message": facts["message"]}
-    if facts.get("exit_code") is not None:
-        _exited(document, facts, at)
-
-
 def _build_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     _built(document, facts, at)
-    _failed(document, facts, at)
-
-
-def _stop_requested(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    document["stop"] = {
-        "requested_at": at, "from_status": facts["stopping_from"], "requested_by": facts["by"],
-        "accelerators_allocated": bool(document.get("accelerators")),
-    }  # fmt: skip
-
-
-def _stop_failed(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    _failed(document, facts, at)
-    document["stop"] = {**(document["stop"] or {}), "reason": facts["message"]}
-
-
-def _stopped(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
-    released = facts.get("accelerators_released", [])
-    document["stop"] = {
-        **(document["stop"] or {}),
-        "accelerators_allocated": bool(released),
-        "accelerators_released": released,
-        "exit_code": facts.get("exit_code"),
-    }
-    document["accelerators"] = []
+    failed(document, facts, at)
 
 
 def _logs_unavailable(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
@@ -296,14 +264,14 @@ FOLDERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], None]] = {
     "Built": _built,
     "Enqueued": _enqueued,
     "Started": _started,
-    "NodeExited": _exited,
-    "Succeeded": _exited,
+    "NodeExited": exited,
+    "Succeeded": exited,
     "BuildFailed": _build_failed,
-    "Rejected": _failed,
-    "Failed": _failed,
-    "StopFailed": _stop_failed,
-    "StopRequested": _stop_requested,
-    "Stopped": _stopped,
+    "Rejected": failed,
+    "Failed": failed,
+    "StopFailed": stop_failed,
+    "StopRequested": stop_requested,
+    "Stopped": stopped,
     "LogsUnavailable": _logs_unavailable,
     "OutputsRecorded": _outputs_recorded,
     "Deleted": _deleted,

@@ -32,6 +32,7 @@ from api.console.present import (
     WAITING,
     actor,
     cell,
+    failure_text,
     history,
     job_state,
     moment,
@@ -106,7 +107,7 @@ def as_of(services: Services, signed: Signed, job_id: str, version: int) -> dict
         "by": actor(getattr(past.event, "by", None)),
         "spec": spec_rows(job.spec, job.commit),
         "placements": placement_rows(list(job.placements)),
-        "failure": cell((job.failure or {}).get("message")),
+        "failure": failure_text(job.failure, job.spec, job.retries_left),
     }  # fmt: skip
 
 

@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from common.wording import asked_for, node_lines, place_in_line, plain
+from common.wording import EMPTY, asked_for, node_lines, place_in_line, plain, whose_failure
+from domain.failures import failure_kind
 from domain.lifecycle import ROWS
+from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 
-EMPTY = "-"
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
 STOPPABLE = frozenset(status.value for status in ROWS["StopRequested"].sources)
 DELETABLE = frozenset(status.value for status in ROWS["Deleted"].sources)
@@ -168,5 +169,21 @@ def job_state(document: Mapping[str, Any]) -> dict[str, Any]:
         "can_delete": status in DELETABLE and not document.get("deleted_at"),
         "duration": duration(seconds_between(document.get("started_at"),
                                              document.get("ended_at"))),  # fmt: skip
-        "failure": cell((document.get("failure") or {}).get("message")),
+        "failure": failure_text(document.get("failure"), document.get("spec") or {},
+                                document.get("retries_left")),  # fmt: skip
     }
+
+
+def failure_text(failure: Mapping[str, Any] | None, spec: Mapping[str, Any],
+                 retries_left: int | None) -> str:  # fmt: skip
+    """A job's failure as its page shows it: its message, then whose it was (as ``inspect``
+    says it); ``-`` for none. A job read from the ledger (``as_of``) has no kind in its
+    failure: it is classified here as the views do."""
+    if not failure:
+        return EMPTY
+    if "kind" not in failure and failure.get("code") not in (None, "stop_failed"):
+        failure = {**failure, "kind": failure_kind(str(failure["code"])).value}
+    asked = max_retries(spec)
+    whose = whose_failure(failure, asked, asked if retries_left is None else retries_left)
+    message = cell(failure.get("message"))
+    return f"{message} ({whose})" if whose else message

@@ -111,6 +111,9 @@ class HistoryEntry(BaseModel):
 class Failure(BaseModel):
     code: str
     message: str
+    kind: Literal["infrastructure", "user"] | None = None
+    """Whose failure it was (``domain.failures``): the infrastructure's (a lost node, ...) or
+    the job's own; None for a stop that failed."""
 
 
 class LogsUnavailable(BaseModel):

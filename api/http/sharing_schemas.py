@@ -76,7 +76,11 @@ class JobAttemptsPublic(BaseModel):
     attempt: int = 1
     """The current attempt, from 1: one more each time the job is preempted or retried."""
     attempts: list[dict[str, Any]] = Field(default_factory=list)
-    """Each attempt that started: attempt, nodes, started_at, ended_at, cause."""
+    """Each attempt that started (or, retried, was placed): attempt, nodes, started_at,
+    ended_at, cause."""
+    retries_left: int = 0
+    """How many more times the job is run again after a failure it retries on (every failure
+    of the infrastructure, and its ``retry_on_exit_codes``): ``max_retries`` less those spent."""
     preemption: dict[str, Any] | None = None
     """While a higher-priority job waits for this one's accelerators: requested_at, by_job,
     by_owner."""

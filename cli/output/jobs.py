@@ -16,10 +16,10 @@ from cli.output.formats import (
     format_size,
     format_timestamp,
 )
-from cli.output.sharing import attempts_detail, sharing_spec
+from cli.output.sharing import attempts_detail, max_retries, retries_left, sharing_spec
 from cli.output.tables import render_table
 from cli.output.yaml_like import render_yaml
-from common.wording import asked_for, node_lines, place_in_line
+from common.wording import asked_for, node_lines, place_in_line, whose_failure
 
 
 def render_job(job: Mapping[str, Any]) -> str:
@@ -41,6 +41,9 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     failure = job.get("failure")
     if failure:
         detail["failure"] = {"code": failure.get("code"), "message": failure.get("message")}
+        whose = whose_failure(failure, max_retries(spec), retries_left(job))
+        if whose:
+            detail["failure"]["kind"] = whose
     stop = job.get("stop")
     if stop:
         detail["stop"] = {

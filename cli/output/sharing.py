@@ -9,6 +9,7 @@ from typing import Any
 
 from cli.output.formats import format_cell, format_timestamp
 from cli.output.tables import render_table
+from common.wording import retries_line
 
 ATTEMPT_COLUMNS = ("ATTEMPT", "NODES", "STARTED", "ENDED", "CAUSE")
 
@@ -29,11 +30,26 @@ def sharing_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     return shown
 
 
+def max_retries(spec: Mapping[str, Any]) -> int:
+    value = spec.get("max_retries")
+    return value if isinstance(value, int) else 0
+
+
+def retries_left(job: Mapping[str, Any]) -> int:
+    """What the job has left (an older server's answer without it: what it asked for)."""
+    left = job.get("retries_left")
+    return left if isinstance(left, int) else max_retries(job.get("spec") or {})
+
+
 def attempts_detail(job: Mapping[str, Any]) -> dict[str, Any]:
-    """``attempt``, ``attempts`` (a small table) and ``preemption``, where the job has them."""
+    """``attempt``, ``retries`` (spent and left), ``attempts`` (a small table) and
+    ``preemption``, where the job has them."""
     shown: dict[str, Any] = {}
     if isinstance(job.get("attempt"), int):
         shown["attempt"] = job["attempt"]
+    retries = retries_line(max_retries(job.get("spec") or {}), retries_left(job))
+    if retries:
+        shown["retries"] = retries
     attempts = [a for a in job.get("attempts") or [] if isinstance(a, Mapping)]
     if attempts:
         rows = [(a.get("attempt"), _nodes(a.get("nodes")), format_timestamp(a.get("started_at")),

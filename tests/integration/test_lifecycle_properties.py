@@ -38,10 +38,12 @@ from api.settings import Settings
 from domain.actors import user
 from domain.application import Outcome, TrainingJobs
 from domain.errors import DomainError, IllegalTransition, JobDeleted, JobNotTerminal, NameTaken
+from domain.failures import is_infrastructure
 from domain.ids import checkpoint_id
 from domain.job import TrainingJob
 from domain.lifecycle import EVENT_STATUS
 from domain.reports import WrongNode
+from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED
 from tests.support import SPEC_TERMINAL as TERMINAL
 from tests.support import SPEC_TRANSITIONS
 
@@ -58,12 +60,12 @@ AIMED: dict[str, dict[str, int]] = {
     "pending": {"begin_scheduling": 4, "request_stop": 1},
     "scheduling": {"assign": 6, "reject": 1, "request_stop": 1},
     "building": {"report_built": 5, "report_build_failed": 1, "request_stop": 1,
-                 "report_stopped": 1, "lose_node": 1},
+                 "report_stopped": 1, "lose_node": 1, "report_agent_failed_building": 1},
     "enqueued": {"report_exited_elsewhere": 3, "lose_node": 2, "request_stop": 1,
-                 "report_stopped": 1},
+                 "report_stopped": 1, "report_agent_failed_building": 1},
     "in progress": {"report_exited": 2, "record_checkpoint": 2, "record_outputs": 1,
                     "report_failed": 1, "request_stop": 2, "report_stopped": 1, "lose_node": 1,
-                    "preempt": 2},
+                    "preempt": 2, "report_agent_restarted": 1},
     "stop in progress": {"report_stopped": 2, "report_stop_failed": 1, "record_checkpoint": 1,
                          "record_outputs": 1, "lose_node": 1},
     **{status: {"delete": 1, "record_outputs": 1} for status in TERMINAL - {"rejected"}},
@@ -141,7 +143,7 @@ class Ledger(RuleBasedStateMachine):
         self.node_ids: dict[str, str] = {}
         self.probed: set[str] = set()
         self.submitted = itertools.count()
-        self.histories: dict[UUID, list[str]] = {}
+        self.histories: dict[UUID, list[Any]] = {}
         self.histories_at = -1
         """Each job's history as read at ledger position ``histories_at`` (the invariants
         read each once per step: a history changes only as the ledger grows)."""
@@ -520,6 +522,50 @@ class Ledger(RuleBasedStateMachine):
         report = {"type": "failed", "code": "time_limit_exceeded", "message": message}
         self._report(job_id, job, data, report, "failed", {"in progress"}, change)
 
+    def report_agent_restarted(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
+        """The agent restarted and found the job it ran gone (no process, no exit code): an
+        infrastructure failure, retried while the job has retries left."""
+        message = data.draw(st.sampled_from([NEVER_LAUNCHED, LOST_WHILE_AWAY]))
+        retried = job.retries_left > 0 and job.status == "in progress"
+
+        def change() -> int:
+            self._moved(job, "scheduling" if retried else "failed")
+            events = self._let_go(job_id, job, "in progress")
+            if retried:  # Retried: the job looks for nodes again, from its last checkpoint
+                job.retries_left -= 1
+                job.node_id, job.built, job.accelerators = None, False, []
+            else:
+                job.failure_code, job.failure_says = "node_lost", message
+            return 1 + events
+
+        report = {"type": "failed", "code": "node_lost", "message": message}
+        self._report(job_id, job, data, report, "failed", {"in progress"}, change)
+
+    def report_agent_failed_building(self, job_id: UUID, job: Expected,
+                                     data: st.DataObject) -> None:  # fmt: skip
+        """The agent failed before the entry point started (the job built, or waited for its
+        accelerators): retried while the job has retries left; else a build fails, and a job
+        that waits looks for another node."""
+        message = "the node agent failed while running the job: disk full"
+        was = job.status
+        retried = job.retries_left > 0
+        target = "scheduling" if retried or was == "enqueued" else "failed"
+
+        def change() -> int:
+            self._moved(job, target)
+            events = self._let_go(job_id, job, was)
+            if target == "scheduling":
+                job.retries_left -= int(retried)
+                job.node_id, job.built, job.accelerators = None, False, []
+            else:
+                job.failure_code, job.failure_says = "node_lost", message
+            return 1 + events
+
+        report = {"type": "build_failed", "code": "node_lost", "message": message}
+        if was not in ("building", "enqueued"):
+            target = "failed"  # refused from any other status, as any build failure
+        self._report(job_id, job, data, report, target, {"building", "enqueued"}, change)
+
     def report_stopped(self, job_id: UUID, job: Expected, data: st.DataObject) -> None:
         def change() -> int:
             self._moved(job, "stopped")
@@ -602,14 +648,19 @@ class Ledger(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------------
 
-    def _event_names(self) -> dict[UUID, list[str]]:
-        """Every job's history: the event names."""
+    def _histories(self) -> dict[UUID, list[Any]]:
+        """Every job's history: its events."""
         end = self._ledger_end()
         if end != self.histories_at:
             self.histories, self.histories_at = {}, end
         for job_id in self.expected.keys() - self.histories.keys():
-            self.histories[job_id] = [type(event).__name__ for event in self.app.history(job_id)]
+            self.histories[job_id] = list(self.app.history(job_id))
         return self.histories
+
+    def _event_names(self) -> dict[UUID, list[str]]:
+        """Every job's history: the event names."""
+        return {job_id: [type(event).__name__ for event in events]
+                for job_id, events in self._histories().items()}  # fmt: skip
 
     @invariant()
     def every_history_follows_the_lifecycle_table(self) -> None:
@@ -622,6 +673,21 @@ class Ledger(RuleBasedStateMachine):
             for before, after in itertools.pairwise(statuses):
                 assert (before, after) in SPEC_TRANSITIONS, f"{job.name}: {before} -> {after}"
             assert statuses[-1] == job.status
+
+    @invariant()
+    def no_job_with_retries_left_fails_for_the_infrastructure(self) -> None:
+        """An infrastructure failure (however it was noticed: the server's lease, an agent's
+        restart, an agent's failure while building) ends a job only once its retries are
+        spent."""
+        for job_id, events in self._histories().items():
+            asked = int(getattr(events[0], "spec", {}).get("max_retries") or 0)
+            spent = 0
+            for event in events:
+                name = type(event).__name__
+                spent += name == "Retried"
+                if name in ("Failed", "BuildFailed") and is_infrastructure(event.code):
+                    assert spent == asked, f"{self.expected[job_id].name}: {event.code} with " \
+                        f"{asked - spent} retries left"  # fmt: skip
 
     @invariant()
     def terminal_statuses_stay_terminal(self) -> None:

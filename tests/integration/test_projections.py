@@ -113,7 +113,7 @@ def test_inspect_of_a_failed_build_says_why(lifecycle: Lifecycle, views: Replica
     document = queries.job(str(job_id))
     assert document is not None
     assert document["status"] == "failed"
-    assert document["failure"] == {"code": "revision_not_found", "message": message}
+    assert document["failure"] == {"code": "revision_not_found", "message": message, "kind": "user"}
 
 
 def test_inspect_of_a_failed_run_gives_the_exit_code(lifecycle: Lifecycle, views: Replica) -> None:

@@ -306,7 +306,7 @@ def test_jobs_listed_for_the_node_that_no_supervisor_knows_are_settled(
     assert failed["code"] == "node_lost"
     assert failed["message"] == (  # no trace of it on the node: it never started here
         "the node agent went down before it started the entry point, and no process of the "
-        "job runs: run the job again"
+        "job ran"
     )
     terminate(agent)
 

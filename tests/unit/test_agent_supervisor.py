@@ -754,7 +754,7 @@ def test_a_job_that_ended_while_the_agent_was_down_is_reported_as_its_shim_recor
         (True, "the node agent restarted and found no process of the job and no exit code: it "
                "ended while the agent was down"),
         (False, "the node agent went down before it started the entry point, and no process "
-                "of the job runs: run the job again"),
+                "of the job ran"),
     ],
 )  # fmt: skip
 def test_a_job_with_no_process_and_no_exit_code_is_reported_lost(

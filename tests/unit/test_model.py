@@ -76,7 +76,7 @@ COMMANDS: dict[str, tuple[str, set[str], Command]] = {
     "requeue": ("scheduling", {"building", "enqueued"},
                 lambda job: job.requeue("node lost", by=scheduler())),
     "preempt": ("enqueued", {"in progress"}, _preempt),
-    "retry": ("scheduling", {"in progress"},
+    "retry": ("scheduling", {"building", "enqueued", "in progress"},
               lambda job: job.retry("node_lost", "node gpu-node-1 was lost", by=scheduler())),
     "exit_0": ("succeeded", {"in progress"}, lambda job: job.finish(0, by=NODE)),
     "exit_3": ("failed", {"in progress"}, lambda job: job.finish(3, by=NODE)),
