@@ -33,12 +33,12 @@ from projections.db import (
     LedgerListener,
     PostgresDatabase,
     open_database,
-    schema_lock,
 )
 from projections.group_commit import PostgresGroupCommit
 from projections.projector import Projector
 from projections.queries import Queries
 from projections.rebuild import Rebuilder
+from projections.schema import schema_lock
 
 LEDGER_POLL_S = 1.0
 """On PostgreSQL, how often the views read the ledger when no notification came (a net)."""

@@ -70,10 +70,10 @@ from projections.db import (  # noqa: E402
     LedgerListener,
     PostgresDatabase,
     open_database,
-    schema_lock,
 )
 from projections.group_commit import PostgresGroupCommit  # noqa: E402
 from projections.projector import Projector  # noqa: E402
+from projections.schema import schema_lock  # noqa: E402
 
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
         "accels": 1, "nodes": 1}  # fmt: skip

@@ -57,6 +57,7 @@ class _Cursor:
     def __init__(self, cursor: Any, placeholder: str = "?") -> None:
         self._cursor = cursor
         self._placeholder = placeholder
+        self.dialect = "postgresql" if placeholder == "%s" else "sqlite"
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self._cursor.execute(sql.replace("?", self._placeholder), tuple(params))
@@ -258,19 +259,6 @@ def dedicated_connection(conninfo: str, connect_timeout_s: int) -> psycopg.Conne
 
 SCHEMA_LOCK_KEY = int.from_bytes(b"flexai\x00\x02", "big")
 """The advisory lock of a server's start (the scheduler's is ``flexai\0\1``)."""
-
-
-@contextmanager
-def schema_lock(database: Database) -> Iterator[None]:
-    """Servers that start together on one PostgreSQL database make their tables one at a time:
-    ``CREATE TABLE IF NOT EXISTS`` (and a type) racing its twin fails with a unique violation
-    rather than finding it there. SQLite has a single writer: nothing to take."""
-    if not isinstance(database, PostgresDatabase):
-        yield
-        return
-    with database.dedicated_connection() as connection:  # its close lets go of the lock
-        connection.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK_KEY,))
-        yield
 
 
 LEDGER_CHANNEL = "flexai_ledger"

@@ -22,6 +22,7 @@ from projections.debug_sessions import (
 )
 from projections.documents import dump_json
 from projections.endings import exited, failed, stop_failed, stop_requested, stopped
+from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS projection_tracking (
@@ -81,8 +82,7 @@ VIEWS_VERSION = 5
 
 
 def create_tables(cursor: Cursor) -> None:
-    for statement in SCHEMA:
-        cursor.execute(statement)
+    create_schema(cursor, SCHEMA)
 
 
 def _iso(moment: datetime) -> str:

@@ -48,6 +48,7 @@ from api.artifacts.store import (
     job_prefix,
 )
 from projections.db import Cursor, Database
+from projections.schema import create_schema
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,7 @@ class DatabaseLogs:
         self._flushing: defaultdict[Stream, threading.Lock] = defaultdict(threading.Lock)
         self._retry_at: dict[Stream, float] = {}
         with database.transaction(write=True) as cursor:
-            for statement in schema(database.dialect):
-                cursor.execute(statement)
+            create_schema(cursor, schema(database.dialect))
 
     # -- appends --------------------------------------------------------------------------
 

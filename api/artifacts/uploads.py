@@ -18,6 +18,7 @@ from typing import Any
 
 from api.artifacts.store import StartedUpload
 from projections.db import Cursor, Database, Row
+from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS artifact_uploads (
@@ -75,8 +76,7 @@ class UploadSessions:
     def __init__(self, database: Database) -> None:
         self.database = database
         with database.transaction(write=True) as cursor:
-            for statement in SCHEMA:
-                cursor.execute(statement)
+            create_schema(cursor, SCHEMA)
 
     def open(self, session: UploadSession) -> list[UploadSession]:
         """Keep a new session; the unfinished sessions of its key it replaces go (returned)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from projections.db import Cursor, Database
+from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS users (
@@ -144,8 +145,7 @@ class Identities:
         self.revoked: list[Callable[[str], None]] = []
         """Told of each revocation this server makes (PostgreSQL: ``NOTIFY`` the replicas)."""
         with database.transaction(write=True) as cursor:
-            for statement in SCHEMA:
-                cursor.execute(statement)
+            create_schema(cursor, SCHEMA)
             self._add_user_columns(cursor)
             self._adopt_old_tokens(cursor)
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from api.identity.identities import Caller
 from projections.db import Database
+from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS console_sessions (
@@ -54,8 +55,7 @@ class Sessions:
         self.database = database
         self.lifetime_s = lifetime_s
         with database.transaction(write=True) as cursor:
-            for statement in SCHEMA:
-                cursor.execute(statement)
+            create_schema(cursor, SCHEMA)
 
     def open(self, caller: Caller) -> str:
         """A new session acting as the user's token ``caller``; its id (the cookie's value).

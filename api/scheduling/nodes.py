@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from projections.db import Cursor, Database
+from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS node_heartbeats (
@@ -46,8 +47,7 @@ class OperationalState:
     def __init__(self, database: Database) -> None:
         self.database = database
         with database.transaction(write=True) as cursor:
-            for statement in SCHEMA:
-                cursor.execute(statement)
+            create_schema(cursor, SCHEMA)
 
     def heartbeat(self, node_id: str) -> None:
         with self.database.transaction(write=True) as cursor:

@@ -192,6 +192,7 @@ def test_a_job_that_ended_while_its_agent_was_down_is_reported_with_its_exit_cod
     document = fleet.wait_for(job_name, {"failed"}, timeout=60)
     assert document["failure"] == {
         "code": "entry_point_failed", "message": "the entry point exited with code 3",
+        "kind": "user",
     }  # fmt: skip
 
 
@@ -221,6 +222,7 @@ def test_a_job_past_its_time_limit_fails_naming_the_limit(
     assert document["failure"] == {
         "code": "time_limit_exceeded",
         "message": "the job ran past its time limit of 2s; it was ended",
+        "kind": "user",
     }
     assert document["spec"]["time_limit_s"] == 2
 
