@@ -40,6 +40,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="how long a job waits in a node's line before it preempts "
                              "running --preemptible jobs of lower priority there; 'never' "
                              "turns preemption off (default: %(default)s)")
+    parser.add_argument("--require-isolation", action="store_true",
+                        help="place jobs only on nodes whose agent runs each job in a sandbox "
+                             "of its own (`flexai admin node list`: ISOLATION sandbox)")
     parser.add_argument("--no-client-config", action="store_true",
                         help="do not write the client config file")
     parser.add_argument("--database-wait", type=float, default=1.5, metavar="SECONDS",
@@ -166,7 +169,7 @@ def _settings(args: argparse.Namespace) -> Any:
         compress_events=args.compress_events,
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
-        preempt_after_s=args.preempt_after,
+        preempt_after_s=args.preempt_after, require_isolation=args.require_isolation,
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
         database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
         stop_confirm_timeout_s=args.stop_confirm_timeout,

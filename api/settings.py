@@ -44,6 +44,8 @@ class Settings(BaseModel):
     preempt_after_s: float | None = Field(default=120.0, ge=0)
     """How long a waiting job waits for accelerators before it preempts running jobs of lower
     priority (``--preempt-after``; None: never)."""
+    require_isolation: bool = False
+    """Place jobs only on nodes whose agent runs each job in a sandbox of its own."""
     projection_interval_s: float = 0.25
     stop_confirm_timeout_s: float = Field(default=60.0, gt=0)
     """After a job's stop grace, how long a node has to confirm a stop before it fails."""

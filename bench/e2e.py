@@ -16,7 +16,11 @@ job`` polled every 5 ms), and prints the ratio (target: flexai p50 <= 0.25 x Slu
 jobs/s from the first submission to the last ``succeeded`` (target: 20 jobs/s), and, with
 ``--slurm``, Slurm's 200 ``sbatch --wrap true`` on a node with 8 CPUs, and the ratio.
 
+``--sandbox-cost`` times the same jobs through an agent started with ``--no-sandbox`` in the
+same run: what each job's sandbox (bubblewrap, its cgroup) costs from run to succeeded.
+
     .venv/bin/python bench/e2e.py                       # both stores, ~30 s
+    .venv/bin/python bench/e2e.py --store sqlite --sandbox-cost
     .venv/bin/python bench/e2e.py --slurm --throughput  # everything, ~2 minutes
     .venv/bin/python bench/e2e.py --store sqlite --jobs 50
 """
@@ -68,7 +72,8 @@ def free_port() -> int:
 class Flexai:
     """A real server and ``agents`` real agents with ``accels`` accelerators each."""
 
-    def __init__(self, root: Path, database_url: str | None, agents: int, accels: int) -> None:
+    def __init__(self, root: Path, database_url: str | None, agents: int, accels: int,
+                 agent_args: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.root = root
         self.database_url = database_url
         root.mkdir(parents=True)
@@ -99,7 +104,7 @@ class Flexai:
                 self._start(f"agent-{index}", [
                     "agent", "--server", self.url, "--accels", str(accels), "--name",
                     f"bench-node-{index}", "--work-dir", str(root / f"agent-{index}"),
-                    "--job-user", me, "--token-file", str(token_file),
+                    "--job-user", me, "--token-file", str(token_file), *agent_args,
                 ])  # fmt: skip
             self._wait(lambda: self._alive_nodes() == agents, "the agents to register")
         except BaseException:
@@ -183,14 +188,15 @@ class Flexai:
 
 
 @contextmanager
-def flexai(store: str, root: Path, agents: int, accels: int) -> Iterator[Flexai]:
+def flexai(store: str, root: Path, agents: int, accels: int,
+           agent_args: tuple[str, ...] = ()) -> Iterator[Flexai]:  # fmt: skip
     with ExitStack() as stack:
         url = None
         if store == "postgres":
             from tests.pg import fresh_database
 
             url = stack.enter_context(fresh_database("bench_e2e"))
-        cluster = Flexai(root, url, agents, accels)
+        cluster = Flexai(root, url, agents, accels, agent_args)
         stack.callback(cluster.close)
         yield cluster
 
@@ -321,6 +327,12 @@ def run(args: argparse.Namespace) -> None:
                     rows[f"flexai: run -> succeeded ({store})"] = latencies(
                         cluster, repo, args.jobs
                     )
+            if args.jobs and args.sandbox_cost:  # the baseline: the same, no sandbox
+                with flexai(store, tmp / f"unsandboxed-{store}", agents=1, accels=1,
+                            agent_args=("--no-sandbox",)) as cluster:  # fmt: skip
+                    rows[f"flexai: run -> succeeded, no sandbox ({store})"] = latencies(
+                        cluster, repo, args.jobs
+                    )
             if args.throughput:
                 with flexai(store, tmp / f"throughput-{store}", agents=2, accels=4) as cluster:
                     notes.append(f"{args.count} jobs ({store}):")
@@ -354,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--throughput", action="store_true",
                         help="also 200 jobs through two agents of 4 accelerators")  # fmt: skip
     parser.add_argument("--count", type=int, default=200, help=argparse.SUPPRESS)
+    parser.add_argument("--sandbox-cost", action="store_true",
+                        help="also the same jobs through an agent with --no-sandbox")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy the server and agents during --throughput")  # fmt: skip
     run(parser.parse_args(argv))

@@ -249,7 +249,7 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
 
     def register_node(
         self, name: str, accels: int, accel_type: str, address: str | None = None,
-        gpus: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None, isolation: dict[str, Any] | None = None,
     ) -> tuple[str, Outcome]:  # fmt: skip
         node_id = Node.create_id(name)
 
@@ -259,10 +259,10 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
                 node = self.repository.get(node_id)
             except AggregateNotFoundError:
                 node = Node.register(name, accels, accel_type, by=agent(name), address=address,
-                                     gpus=gpus)  # fmt: skip
+                                     gpus=gpus, isolation=isolation)  # fmt: skip
             else:
                 node.update(accels=accels, accel_type=accel_type, by=agent(name),
-                            address=address, gpus=gpus)  # fmt: skip
+                            address=address, gpus=gpus, isolation=isolation)  # fmt: skip
             return self._save(node_id, node)
 
         return str(node_id), self._retrying(run)

@@ -25,23 +25,27 @@ class Node(Aggregate):
     @classmethod
     def register(
         cls, name: str, accels: int, accel_type: str, by: Actor, address: str | None = None,
-        gpus: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None, isolation: dict[str, Any] | None = None,
     ) -> Node:  # fmt: skip
         checked(values.check_node_name, name)
         _check_capacity(accels, accel_type, address)
+        _check_isolation(isolation)
         return cls(name=name, accels=accels, accel_type=accel_type, address=address,
-                   gpus=list(gpus or []), by=by)  # fmt: skip
+                   gpus=list(gpus or []), by=by, isolation=isolation)  # fmt: skip
 
+    # ``isolation``: how its agent keeps jobs apart ({level, detail, limits}); events stored
+    # before it existed have none.
     @event("Registered")
     def __init__(
         self, name: str, accels: int, accel_type: str, by: Actor, address: str | None = None,
-        gpus: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None, isolation: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.accels = accels
         self.accel_type = accel_type
         self.address = address
         self.gpus = list(gpus or [])
+        self.isolation = isolation
         self.allocations: dict[str, list[int]] = {}
         """job id -> the indices it holds."""
         self.queue: dict[str, str] = {}
@@ -50,25 +54,28 @@ class Node(Aggregate):
 
     def update(
         self, accels: int, accel_type: str, by: Actor, address: str | None = None,
-        gpus: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None, isolation: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         _check_capacity(accels, accel_type, address)
+        _check_isolation(isolation)
         gpus = list(gpus or [])
-        if (accels, accel_type, address, gpus) != (
-            self.accels, self.accel_type, self.address, getattr(self, "gpus", [])
+        if (accels, accel_type, address, gpus, isolation) != (
+            self.accels, self.accel_type, self.address, getattr(self, "gpus", []),
+            getattr(self, "isolation", None),
         ):  # fmt: skip
             self._updated(accels=accels, accel_type=accel_type, address=address, gpus=gpus,
-                          by=by)  # fmt: skip
+                          by=by, isolation=isolation)  # fmt: skip
 
     @event("Updated")
     def _updated(
         self, accels: int, accel_type: str, by: Actor, address: str | None = None,
-        gpus: list[dict[str, Any]] | None = None,
+        gpus: list[dict[str, Any]] | None = None, isolation: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         self.accels = accels
         self.accel_type = accel_type
         self.address = address
         self.gpus = list(gpus or [])
+        self.isolation = isolation
 
     # -- accelerators ----------------------------------------------------------------------
 
@@ -130,6 +137,23 @@ class Node(Aggregate):
     @event("Dequeued")
     def _dequeued(self, job_id: str, by: Actor) -> None:
         self.queue.pop(job_id, None)
+
+
+ISOLATION_LEVELS = ("sandbox", "user", "none")
+"""How a node's agent keeps jobs apart: each in a sandbox of its own, all as one user, or
+all as the agent's own user."""
+
+
+def _check_isolation(isolation: dict[str, Any] | None) -> None:
+    if isolation is None:
+        return
+    if not isinstance(isolation, dict) or set(isolation) != {"level", "detail", "limits"}:
+        raise DomainError("a node's isolation holds its level, detail and limits")
+    if isolation["level"] not in ISOLATION_LEVELS:
+        raise DomainError(f"a node's isolation level is one of {', '.join(ISOLATION_LEVELS)}")
+    checked(values.check_message, isolation["detail"], "isolation.detail")
+    if not isinstance(isolation["limits"], bool):
+        raise DomainError("a node's isolation says whether it limits jobs (true or false)")
 
 
 def _check_capacity(accels: int, accel_type: str, address: str | None = None) -> None:

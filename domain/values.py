@@ -181,7 +181,14 @@ def check_address(address: Any, field: str = "address") -> str:
     )
 
 
+ROOT_CHECKPOINT = ""
+"""The name of the checkpoint the files at the root of the checkpoint folder make (where the
+Hugging Face Trainer saves its final model): the job's final checkpoint, as FlexAI names it."""
+
+
 def check_checkpoint_name(name: Any, field: str = "checkpoint_name") -> str:
+    if name == ROOT_CHECKPOINT:
+        return name
     check_text(name, field, max_length=MAX_LABEL)
     if "/" in name or "\\" in name or name in (".", ".."):
         raise InvalidValue(field, "must be one file or directory name, without '/' or '..'")
@@ -341,16 +348,46 @@ def check_no_shared_variables(env: Mapping[str, Any], secrets: Mapping[str, Any]
         )  # fmt: skip
 
 
+def split_dataset(item: str) -> tuple[str, str]:
+    """``NAME`` or ``NAME=MOUNT`` (FlexAI's form): the dataset, and the folder of ``/input``
+    the job finds it in."""
+    name, _, mount = item.partition("=")
+    return name, mount or name
+
+
 def check_datasets(datasets: Any, field: str = "datasets") -> list[str]:
+    """Datasets as a job names them: ``NAME``, or ``NAME=MOUNT`` to find NAME at
+    ``/input/MOUNT``; each dataset once, each mount once."""
     if not isinstance(datasets, list | tuple):
         raise InvalidValue(field, "must be a list of dataset names")
     if len(datasets) > MAX_DATASETS:
         raise InvalidValue(field, f"lists {len(datasets)} datasets; at most {MAX_DATASETS}")
-    names = [check_dataset_name(name, f"{field}[{i}]") for i, name in enumerate(datasets)]
-    for i, name in enumerate(names):
-        if name in names[:i]:
+    for i, item in enumerate(datasets):
+        check_text(item, f"{field}[{i}]", max_length=2 * MAX_LABEL + 1)
+        name, mount = split_dataset(item)
+        check_dataset_name(name, f"{field}[{i}]")
+        if mount != name:
+            check_dataset_name(mount, f"{field}[{i}] (its mount, after '=')")
+    pairs = [split_dataset(item) for item in datasets]
+    for i, (name, mount) in enumerate(pairs):
+        if name in [earlier for earlier, _ in pairs[:i]]:
             raise InvalidValue(f"{field}[{i}]", f"{name!r} is given twice: give each dataset once")
-    return names
+        if mount in [earlier for _, earlier in pairs[:i]]:
+            raise InvalidValue(f"{field}[{i}]", f"two datasets would be mounted at /input/{mount}: "
+                               "give each its own (NAME=MOUNT)")  # fmt: skip
+    return list(datasets)
+
+
+def check_dataset_mounts(mounts: Any, datasets: Any, field: str = "dataset_mounts") -> None:
+    """Where each dataset given as ``NAME=MOUNT`` is mounted (the others at their name)."""
+    if not isinstance(mounts, dict):
+        raise InvalidValue(field, "must be an object of dataset names and mount folders")
+    listed = list(datasets) if isinstance(datasets, list | tuple) else []
+    for name, mount in mounts.items():
+        if name not in listed:
+            raise InvalidValue(f"{field}.{str(name)[:40]}", "is not one of the job's datasets")
+        check_dataset_name(mount, f"{field}.{name}")
+    check_datasets([f"{name}={mounts.get(name, name)}" for name in listed], field)
 
 
 def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]:
@@ -366,7 +403,7 @@ def check_entry_point(entry_point: Any, field: str = "entry_point") -> list[str]
 
 SPEC_FIELDS = {
     "repository_url", "repository_revision", "requirements_path", "accels", "nodes", "env",
-    "secrets", "datasets", "dataset_hashes",
+    "secrets", "datasets", "dataset_hashes", "dataset_mounts",
     "checkpoint", "entry_point", "input_checkpoint_id", "time_limit_s",
     "stop_grace_s", "priority", "preemptible", "max_retries", "retry_on_exit_codes",
 }  # fmt: skip
@@ -389,6 +426,7 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     check_no_shared_variables(spec.get("env") or {}, spec.get("secrets") or {})
     check_datasets(spec.get("datasets") or [])
     check_dataset_hashes(spec.get("dataset_hashes") or {}, spec.get("datasets") or [])
+    check_dataset_mounts(spec.get("dataset_mounts") or {}, spec.get("datasets") or [])
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
     check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
     check_entry_point(spec.get("entry_point"))

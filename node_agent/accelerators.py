@@ -179,3 +179,45 @@ def _describe(job_id: str, indices: list[int], survivors: tuple[int, ...]) -> st
         f"{which} of this node {'are' if len(indices) > 1 else 'is'} still held by processes "
         f"{pids} of job {job_id}, which survived SIGKILL (stuck in the kernel)"
     )
+
+
+def device_nodes(gpus: Sequence[Gpu]) -> dict[int, tuple[str, str]]:
+    """Each offered GPU's device node and UUID, by index (a sandbox shows a job only its
+    own): the node's minor number from NVML, else from the driver's ``/proc`` files, else
+    the GPU's host index."""
+    minors = _minors_from_nvml() or _minors_from_proc()
+    return {gpu.index: (f"/dev/nvidia{minors.get(gpu.uuid, gpu.index)}", gpu.uuid)
+            for gpu in gpus}  # fmt: skip
+
+
+def _minors_from_nvml() -> dict[str, int]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        found = {}
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            found[_text(pynvml.nvmlDeviceGetUUID(handle))] = int(
+                pynvml.nvmlDeviceGetMinorNumber(handle))  # fmt: skip
+        return found
+    except Exception:
+        return {}
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _minors_from_proc(root: str = "/proc/driver/nvidia/gpus") -> dict[str, int]:
+    found: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for bus in os.listdir(root):
+            with open(f"{root}/{bus}/information") as information:
+                facts = dict(line.split(":", 1) for line in information if ":" in line)
+            uuid, minor = facts.get("GPU UUID", "").strip(), facts.get("Device Minor", "")
+            if uuid and minor.strip().isdigit():
+                found[uuid] = int(minor)
+    return found

@@ -84,6 +84,8 @@ class Agent:
             address=settings.address,
             gpus=[gpu.to_json() for gpu in settings.gpus],
             retry_for=retry_for,
+            isolation=jobs.isolation.to_json() if (jobs := settings.supervisor.sandboxes)
+            else None,
         )
         log.info(
             "registered node %s (id %s) with %d accelerators of type %s, reached at %s",

@@ -143,12 +143,15 @@ class ControlPlaneClient:
         address: str = "127.0.0.1",
         gpus: Sequence[Mapping[str, Any]] = (),
         retry_for: float | None = None,
+        isolation: Mapping[str, Any] | None = None,
     ) -> str:
         """Register (or re-register) this node; return its node id. ``address``: how the
-        node's peers reach it (a multi-node job's rendezvous); ``gpus``: what NVML says."""
+        node's peers reach it (a multi-node job's rendezvous); ``gpus``: what NVML says;
+        ``isolation``: how this agent keeps jobs apart."""
         body = {
             "name": name, "accels": accels, "accel_type": accel_type, "agent_id": self.agent_id,
             "address": address, "gpus": [dict(gpu) for gpu in gpus],
+            **({"isolation": dict(isolation)} if isolation is not None else {}),
         }  # fmt: skip
         answer = self._json("POST", "/v1/agent/nodes", json=body, retry_for=retry_for)
         return str(answer["node_id"])

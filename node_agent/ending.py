@@ -105,14 +105,21 @@ class JobEnding:
     # -- the reports ---------------------------------------------------------------------
 
     def report(
-        self, outcome: Ended, checkpoints: CheckpointWatcher, time_limit_s: int | None
-    ) -> Answer | None:
+        self, outcome: Ended, checkpoints: CheckpointWatcher, time_limit_s: int | None,
+        out_of_memory: str | None = None,
+    ) -> Answer | None:  # fmt: skip
         """Ship the last checkpoints, the logs and the outputs, then report how it ended; the
-        control plane's answer (None when the agent shuts down first)."""
+        control plane's answer (None when the agent shuts down first). ``out_of_memory``: what
+        to say of an entry point that failed after the OOM killer ended a process of the job's
+        (``out_of_memory``, not its exit code alone)."""
         known = outcome.exit_code is not None  # else no process told when it ended
         self.reporter.ended_at = ended_at(self.dirs.exit_code_file) if known else None
+        failed = known and outcome.exit_code != 0 and not (outcome.stopped or outcome.timed_out)
+        out_of_memory = out_of_memory if failed else None
         if outcome.stopped:
             self.say(f"[agent] {stop_outcome(outcome.survivors)}")
+        if out_of_memory:
+            self.say(f"[agent] {out_of_memory}")
         checkpoints.finish()  # before the log closes: it may say a checkpoint was sent again
         self.ship_logs()
         if not self._upload_outputs():
@@ -126,6 +133,9 @@ class JobEnding:
         elif outcome.exit_code is None:
             answer = self.reporter.failed("node_lost", outcome.lost or LOST_WHILE_AWAY)
             self.stopped_if_refused(answer)
+        elif out_of_memory:
+            answer = self.reporter.failed("out_of_memory", out_of_memory, outcome.exit_code)
+            self.stopped_if_refused(answer, outcome.exit_code)
         else:
             log.info("job %s: exited with code %d", self.job_id, outcome.exit_code)
             answer = self.reporter.exited(outcome.exit_code)

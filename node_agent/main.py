@@ -16,13 +16,21 @@ from pathlib import Path
 
 from common.client_config import ConfigError, load_client_config
 from node_agent import workdir
-from node_agent.accelerators import detect_gpus
+from node_agent.accelerators import detect_gpus, device_nodes
 from node_agent.agent import Agent, AgentSettings
 from node_agent.build.envcache import host_site_packages
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
 from node_agent.network import default_address
-from node_agent.run.jobuser import JobUserError, check_can_build, job_user, shared_user_warning
+from node_agent.run.jobuser import (
+    JobUser,
+    JobUserError,
+    check_can_build,
+    job_user,
+    shared_user_warning,
+)
+from node_agent.sandbox.setup import add_flags as add_sandbox_flags
+from node_agent.sandbox.setup import sandboxes
 from node_agent.supervisor import SupervisorSettings
 from node_agent.workdir import WorkDirError
 
@@ -127,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs' environments also see the packages installed for --job-python, e.g. a GPU "
         "host's preinstalled PyTorch/CUDA stack, below their own requirements",
     )
+    add_sandbox_flags(parser)
     add(
         "--keep-job-dirs",
         action="store_true",
@@ -171,9 +180,15 @@ def _run(args: argparse.Namespace) -> int:
     settings = _settings(args, config.api_url)
     work_dir, user = settings.supervisor.work_dir, settings.supervisor.job_user
     assert user is not None
+    jobs = settings.supervisor.sandboxes
+    own_ids = jobs is not None and jobs.active and jobs.identities is not None
+    if own_ids and jobs is not None and jobs.identities is not None:  # a job's id, for the checks
+        first = jobs.identities.ids.start
+        user = JobUser(f"job-{first}", first, first)
     with workdir.exclusive(work_dir, jobs_run_as_another_user=not user.is_agent):
-        if not user.is_agent or args.job_python:
-            check_can_build(user, settings.supervisor.job_python, work_dir / "jobs")
+        if not user.is_agent or args.job_python:  # a sandbox shows each job its own folders
+            check_can_build(user, settings.supervisor.job_python,
+                            Path("/") if own_ids else work_dir / "jobs")  # fmt: skip
         if args.job_site_packages:
             _check_site_packages(settings.supervisor.job_python)
         client = ControlPlaneClient(
@@ -183,9 +198,12 @@ def _run(args: argparse.Namespace) -> int:
         with _shutdown_on_signals(agent), _closing(client):
             if not _register(agent, args):
                 return 0
+            if jobs is not None:
+                said = log.info if jobs.active and jobs.identities else log.warning
+                said("isolation: %s: %s", jobs.isolation.level, jobs.isolation.detail)
             if warning := shared_user_warning(user):
                 log.warning("%s", warning)
-            else:
+            elif not own_ids:
                 python = settings.supervisor.job_python
                 log.info(
                     "jobs run as %s; their virtual environments are made from %s", user.name, python
@@ -254,6 +272,11 @@ def _settings(args: argparse.Namespace, api_url: str) -> AgentSettings:
     offered = tuple(gpus[:accels]) if accels <= len(gpus) else ()
     work_dir = args.work_dir.expanduser().resolve()
     datasets_dir = args.datasets_dir or work_dir / "datasets"
+    shared = job_user(args.job_user)
+    try:
+        jobs = sandboxes(args, work_dir, shared, accels, device_nodes(offered))
+    except argparse.ArgumentTypeError as error:
+        raise AgentError(str(error)) from None
     return AgentSettings(
         name=args.name,
         accels=accels,
@@ -268,9 +291,10 @@ def _settings(args: argparse.Namespace, api_url: str) -> AgentSettings:
             stop_grace=args.stop_grace,
             log_drain_timeout=args.log_drain_timeout,
             keep_job_dirs=args.keep_job_dirs,
-            job_user=job_user(args.job_user),
+            job_user=shared,
             job_python=args.job_python or sys.executable,
             job_site_packages=args.job_site_packages,
+            sandboxes=jobs,
         ),
     )
 

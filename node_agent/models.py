@@ -43,6 +43,8 @@ class JobSpec:
     secrets: Mapping[str, str] = field(default_factory=dict)
     datasets: tuple[str, ...] = ()
     dataset_hashes: Mapping[str, str] = field(default_factory=dict)
+    dataset_mounts: Mapping[str, str] = field(default_factory=dict)
+    """Dataset -> the folder of ``/input`` it is found in, where not its own name."""
     """The version of each pushed dataset the job was submitted with, by content hash."""
     time_limit_s: int | None = None
     """The job is ended, and fails, once it has run this long; None: no limit."""
@@ -62,6 +64,9 @@ class JobSpec:
             env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
             secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
             datasets=tuple(str(name) for name in data.get("datasets") or ()),
+            dataset_mounts={
+                str(k): str(v) for k, v in (data.get("dataset_mounts") or {}).items()
+            },
             dataset_hashes={
                 str(k): str(v) for k, v in (data.get("dataset_hashes") or {}).items()
             },
@@ -226,8 +231,14 @@ class JobDirs:
 
     @property
     def shim_pid_file(self) -> Path:
-        """The pid of the shim that runs the entry point, written by the shim at its start."""
+        """The pid of the shim that runs the entry point, written by the shim at its start (in
+        a sandbox, its pid there: it says the entry point was started)."""
         return self.root / "shim.pid"
+
+    @property
+    def sandbox_pid_file(self) -> Path:
+        """A sandboxed shim's pid on this host, as the agent learnt it from bubblewrap."""
+        return self.scratch / "shim.pid"
 
     def create_fresh(self) -> None:
         """Start from empty directories (a rebuild after an agent restart included), each the
@@ -264,7 +275,8 @@ class JobDirs:
             elif directory.exists():
                 shutil.rmtree(directory)
             directory.mkdir(mode=0o700)
-        for stale in (self.log_file, self.exit_code_file, self.shim_pid_file):
+        for stale in (self.log_file, self.exit_code_file, self.shim_pid_file,
+                      self.sandbox_pid_file):  # fmt: skip
             stale.unlink(missing_ok=True)
 
     def remove_all_but_log(self) -> None:

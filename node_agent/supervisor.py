@@ -56,6 +56,7 @@ from node_agent.run.jobuser import JobUser
 from node_agent.run.launch import Placement, job_environment
 from node_agent.run.processes import end_processes, job_processes
 from node_agent.run.watch import Ended, ended, watch
+from node_agent.sandbox.jobs import Confinement, JobSandboxes
 
 log = logging.getLogger("flexai.agent")
 
@@ -92,6 +93,8 @@ class SupervisorSettings:
     """The interpreter jobs' virtual environments are made from."""
     job_site_packages: bool = False
     """Jobs' environments also see ``job_python``'s own packages (``--job-site-packages``)."""
+    sandboxes: JobSandboxes | None = None
+    """How this node sandboxes each job (:mod:`node_agent.sandbox`); None: it does not."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ class JobSupervisor:
         self._survivors: list[int] = []
         self.job_env: dict[str, str] | None = None
         """The entry point's environment, once this agent launched it (`debug-ssh`)."""
+        self.confinement = Confinement(settings.sandboxes, settings.job_user)
+        """The job's user, sandbox and cgroup here, once its folders are made."""
         if assignment.status == STOP_IN_PROGRESS:
             self._stopping.set()
             self._halt.set()
@@ -223,12 +228,14 @@ class JobSupervisor:
             if self.ending.logs is not None:
                 aborting = self._aborting.is_set()
                 self.ending.logs.close(timeout=ABORT_SHIPPING_S if aborting else 30)
+            self.confinement.close(self.dirs, kept=self._keep_dirs)
             if not self._keep_dirs:
                 self.dirs.remove_all_but_log()
 
     def _build_and_run(self) -> None:
         self._end_earlier_processes()
         self.dirs.create_fresh()
+        self._confine()
         secrets = fetch_secrets(self.client, self.assignment)  # before a byte of log ships
         self._open_build_log(secrets)
         built = self._build(secrets)
@@ -236,6 +243,12 @@ class JobSupervisor:
         if built and start and self._claim(start.accelerators):
             self._started = True
             self._run_attempts(self._run_entry_point(built.argv, start, secrets))
+
+    def _confine(self) -> None:
+        """The job's user, sandbox and cgroup (its id taken, or found again after a restart)."""
+        self.confinement = Confinement.of(self.settings.sandboxes, self.dirs,
+                                          self.settings.job_user, self.assignment.name,
+                                          self.assignment.spec.accels)  # fmt: skip
 
     def _open_build_log(self, secrets: JobSecrets) -> None:
         """A new log; or, built again after the agent restarted, the log the control plane
@@ -254,6 +267,7 @@ class JobSupervisor:
 
     def _follow_again(self) -> None:
         """After the agent restarted: follow the job's processes, or say how they ended."""
+        self._confine()
         try:
             self._open_logs_again()
         except OSError as error:
@@ -305,7 +319,7 @@ class JobSupervisor:
             dataset_cache=DatasetCache.for_job(self.client, self.job_id, self.settings.work_dir),
             input_checkpoint_id=self.assignment.input_checkpoint_id,
             fetch_checkpoint=self._fetch_checkpoint,
-            as_user=self.settings.job_user,
+            as_user=self.confinement.user,
             python=self.settings.job_python,
             site_packages=self.settings.job_site_packages,
             caches=BuildCaches.in_work_dir(self.settings.work_dir),
@@ -423,7 +437,8 @@ class JobSupervisor:
         """Wait enqueued, the build kept, for the go of an attempt after the one that ran;
         None when the job ends meanwhile (the user's stop, a terminal status)."""
         ran = self.attempt
-        for stale in (self.dirs.exit_code_file, self.dirs.shim_pid_file):  # not the next's
+        for stale in (self.dirs.exit_code_file, self.dirs.shim_pid_file,
+                      self.dirs.sandbox_pid_file):  # not the next's  # fmt: skip
             stale.unlink(missing_ok=True)
         log.info("job %s: preempted, waiting for its accelerators again", self.job_id)
         go: tuple[Start, Assignment] | None = None
@@ -461,7 +476,7 @@ class JobSupervisor:
                       f"{f'checkpoint {checkpoint}' if checkpoint else 'its start'}")  # fmt: skip
             argv = prepare_attempt(self.dirs, go, secrets=secrets,
                                    fetch_checkpoint=self._fetch_checkpoint, log=self._say,
-                                   cancel=self._stopping, as_user=self.settings.job_user,
+                                   cancel=self._stopping, as_user=self.confinement.user,
                                    python=self.settings.job_python)  # fmt: skip
             return argv, secrets
         except BuildFailed as failure:
@@ -484,6 +499,7 @@ class JobSupervisor:
         # --env and --secret never name the same variable; the platform's win over both.
         env = job_environment(self.dirs, {**spec.env, **secrets.values}, start.accelerators,
                               placement, restart_count=self.attempt - 1)  # fmt: skip
+        env = self.confinement.entry_env(env, start.accelerators)
         self.job_env = env  # a debug session's commands get the very same (`debug-ssh`)
         indices = ",".join(map(str, start.accelerators)) or "none"
         log.info("job %s: started on accelerators %s", self.job_id, indices)
@@ -494,7 +510,7 @@ class JobSupervisor:
                 dirs=self.dirs,
                 env=env,
                 python=self.settings.job_python,
-                as_user=self.settings.job_user,
+                as_user=self.confinement.entry_user(start.accelerators, self.dirs),
                 work_dir=self.settings.work_dir,
             )
         except OSError as error:
@@ -565,7 +581,8 @@ class JobSupervisor:
             self._say(self._aborted_because)  # shipped with the last lines (``_run``)
             return None
         checkpoints = watcher or self._checkpoint_watcher()
-        return self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s)
+        return self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s,
+                                  out_of_memory=self.confinement.out_of_memory())
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -270,7 +270,8 @@ class Queries:
 
     def nodes(self) -> list[Row]:
         return self._all(
-            "SELECT id, name, accels, accel_type, address, gpus, registered_at FROM nodes"
+            "SELECT id, name, accels, accel_type, address, gpus, isolation, registered_at "
+            "FROM nodes"
         )
 
     def checkpoints(self, job_id: str) -> list[Row]:

@@ -65,7 +65,7 @@ SCHEMA = [
     """CREATE TABLE IF NOT EXISTS nodes (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, accels BIGINT NOT NULL,
         accel_type TEXT NOT NULL, address TEXT, gpus TEXT NOT NULL DEFAULT '[]',
-        registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+        isolation TEXT, registered_at TEXT NOT NULL, updated_at TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS job_nodes (
         job_id TEXT NOT NULL, node_index BIGINT NOT NULL, node_id TEXT NOT NULL,
         node_name TEXT NOT NULL, status TEXT NOT NULL, accels BIGINT NOT NULL,
@@ -116,19 +116,23 @@ def _apply_node_event(cursor: Cursor, domain_event: Any) -> None:
     name = event_name(domain_event)
     address = getattr(domain_event, "address", None)
     gpus = json.dumps(getattr(domain_event, "gpus", None) or [])
+    isolation = getattr(domain_event, "isolation", None)
+    isolation = json.dumps(isolation) if isolation is not None else None
     if name == "Registered":
         cursor.execute(
-            "INSERT INTO nodes (id, name, accels, accel_type, address, gpus, registered_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO nodes (id, name, accels, accel_type, address, gpus, isolation, "
+            "registered_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO NOTHING",
             (node_id, domain_event.name, domain_event.accels, domain_event.accel_type, address,
-             gpus, at, at),
+             gpus, isolation, at, at),
         )  # fmt: skip
     elif name == "Updated":
         cursor.execute(
-            "UPDATE nodes SET accels = ?, accel_type = ?, address = ?, gpus = ?, updated_at = ? "
-            "WHERE id = ?",
-            (domain_event.accels, domain_event.accel_type, address, gpus, at, node_id),
-        )
+            "UPDATE nodes SET accels = ?, accel_type = ?, address = ?, gpus = ?, isolation = ?, "
+            "updated_at = ? WHERE id = ?",
+            (domain_event.accels, domain_event.accel_type, address, gpus, isolation, at,
+             node_id),
+        )  # fmt: skip
     # Allocated, Released, Queued, Dequeued: the job views say who holds what.
 
 

@@ -3,6 +3,8 @@ tests also on a real S3 store (SeaweedFS, one per test session and worker)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,14 @@ import pytest
 
 from tests.pg import fresh_database
 from tests.s3 import SeaweedFS, running_seaweedfs
+
+# The tests' temporary folders (pytest's tmp_path, and every server's, agent's and git's
+# temporary files) are not under /tmp: a job in its sandbox has a /tmp of its own, and the tests
+# hand their jobs files there (wheels to install, a file that tells a job to go on), which the
+# sandbox shows them read-only like the rest of the host.
+if os.environ.get("TMPDIR", "/tmp").rstrip("/") in ("", "/tmp") and os.path.isdir("/var/tmp"):
+    os.environ["TMPDIR"] = "/var/tmp"
+    tempfile.tempdir = None
 
 
 @pytest.fixture

@@ -205,6 +205,26 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def job_pids(job_id: str) -> list[int]:
+    """The live processes on this host whose environment holds job ``job_id``'s marker (the
+    agent's ``FLEXAI_JOB_MARKER``, ``...:<job_id>:<node_index>``), by their pids here: the
+    job's processes, in a sandbox (where they have pids of their own) or not."""
+    wanted = f":{job_id}:".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        marked = any(entry.startswith(b"FLEXAI_JOB_MARKER=") and wanted in entry
+                     for entry in environ)  # fmt: skip
+        if marked and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
 def wait_until(
     condition: Callable[[], object], timeout: float = 20.0, why: Callable[[], str] | None = None
 ) -> None:

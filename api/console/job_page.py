@@ -136,6 +136,7 @@ def job_context(
         "history": entries, "version": len(entries),
         "past": as_of(services, signed, job_id, version) if version else None,
         "checkpoints": [{**row, "created": moment(row["created_at"]),
+                         "name": row["name"] or "(final)",
                          "train": cell(row["train_loss"]), "eval": cell(row["eval_loss"])}
                         for row in checkpoints],  # fmt: skip
         "chart": chart(curves_of(logged, checkpoints)),

@@ -12,7 +12,7 @@ from api.http.problems import Problem
 from api.http.schemas import JobCreate
 from api.services import Services
 from domain.sharing import DEFAULT_PRIORITY, default_preemptible
-from domain.values import InvalidValue, check_repository_url
+from domain.values import InvalidValue, check_repository_url, split_dataset
 
 
 class JobSpecs:
@@ -39,7 +39,12 @@ class JobSpecs:
         if spec.get("time_limit_s") is None:
             spec["time_limit_s"] = settings.default_time_limit_s
         if body.datasets:  # each pinned to its version now; a name not pushed fails the build
-            names = tuple(body.datasets)
+            pairs = [split_dataset(item) for item in body.datasets]
+            spec["datasets"] = [name for name, _ in pairs]
+            mounts = {name: mount for name, mount in pairs if mount != name}
+            if mounts:  # NAME=MOUNT: found at /input/MOUNT (stored only where given)
+                spec["dataset_mounts"] = mounts
+            names = tuple(spec["datasets"])
             if names not in self.datasets:
                 self.datasets[names] = self.services.queries.dataset_hashes(self.owner, names)
             spec["dataset_hashes"] = dict(self.datasets[names])

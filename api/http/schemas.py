@@ -229,6 +229,16 @@ class Gpu(BaseModel):
     uuid: Annotated[str, _text(values.MAX_LABEL)] | None = None
 
 
+class NodeIsolation(BaseModel):
+    """How a node's agent keeps jobs apart (``node_agent.sandbox.isolation``)."""
+
+    level: Literal["sandbox", "user", "none"]
+    detail: Annotated[str, bounded(values.check_message)]
+    """What jobs share on the node, or what keeps them apart, in one line."""
+    limits: bool
+    """Whether each job gets memory and process limits (a cgroup)."""
+
+
 class NodeRegister(BaseModel):
     name: Annotated[str, bounded(values.check_node_name)]
     accels: int = Field(ge=0, le=values.MAX_ACCELS)
@@ -242,6 +252,8 @@ class NodeRegister(BaseModel):
         default=None, description="how the node's peers reach it (a multi-node rendezvous)"
     )
     gpus: list[Gpu] = Field(default_factory=list, max_length=values.MAX_ACCELS)
+    isolation: NodeIsolation | None = None
+    """None: an agent from before isolation levels."""
 
 
 class NodeRegistered(BaseModel):
@@ -328,6 +340,7 @@ class NodePublic(BaseModel):
     busy_accels: int
     alive: bool
     registered_at: str
+    isolation: NodeIsolation | None = None
 
 
 class NodesPublic(BaseModel):

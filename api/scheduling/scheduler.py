@@ -21,6 +21,7 @@ over within a few seconds of its death. All of the above is the leader's work.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -265,6 +266,8 @@ class Scheduler:
         load = services.queries.node_load()
         capacity = {}
         for row in services.queries.nodes():
+            if services.settings.require_isolation and not sandboxes(row):
+                continue  # --require-isolation: it gets no job
             held, queued = load.get(row["id"], (0, 0))
             capacity[row["id"]] = NodeCapacity(
                 node_id=row["id"], name=row["name"], accels=int(row["accels"]),
@@ -372,3 +375,9 @@ class Scheduler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._savers.shutdown(wait=False, cancel_futures=True)
+
+
+def sandboxes(node: dict[str, Any]) -> bool:
+    """Whether the node's agent said it runs each job in a sandbox of its own."""
+    said = json.loads(node.get("isolation") or "null") or {}
+    return isinstance(said, dict) and said.get("level") == "sandbox"

@@ -254,6 +254,11 @@ class ApiClient(HttpSession):
         """``DELETE /v1/tokens/{token_id}``."""
         return self._json("DELETE", f"/v1/tokens/{_segment(token_id)}")
 
+    def list_nodes(self) -> dict[str, Any]:
+        """``GET /v1/nodes``: ``{"nodes": [...]}``, each node's accelerators, liveness and
+        isolation."""
+        return self._json("GET", "/v1/nodes")
+
     def create_node_token(self, node: str, *, label: str = "") -> dict[str, Any]:
         """``POST /v1/admin/node-tokens``: a token for one node's agent, shown once."""
         return self._json("POST", "/v1/admin/node-tokens", json={"node": node, "label": label})

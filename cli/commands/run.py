@@ -230,9 +230,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "-D",
         action="append",
         default=[],
-        metavar="DATASET",
-        help="a dataset pushed with `flexai dataset push`, read-only at "
-        "FLEXAI_INPUT_DIR/<dataset> in the version current now (repeatable)",
+        metavar="DATASET[=MOUNT]",
+        help="a dataset pushed with `flexai dataset push`, read-only at /input/<dataset> "
+        "(FLEXAI_INPUT_DIR/<dataset>), or at /input/MOUNT, in the version current now "
+        "(repeatable)",
     )
     parser.add_argument(
         "--checkpoint",
@@ -293,7 +294,8 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
     if not getattr(args, "sweep", None) and not _NAME.fullmatch(args.name):
         raise UsageError(f"invalid job name {args.name!r}: {NAME_RULE} (a --sweep's NAME is "
                          "the stem of its jobs' names, NAME-1, ...)", prog="flexai training run")
-    if len(set(args.dataset)) != len(args.dataset):
+    names = [item.partition("=")[0] for item in args.dataset]
+    if len(set(names)) != len(names):
         raise UsageError("a --dataset is given twice", prog="flexai training run")
     job: dict[str, Any] = {
         "name": args.name,

@@ -22,7 +22,9 @@ def short_hash(content_hash: str | None) -> str:
 def dataset_pins(spec: Mapping[str, Any]) -> list[str]:
     """A job's datasets, each with the version it was given (``name @ hash``) if pushed."""
     pins: Mapping[str, str] = spec.get("dataset_hashes") or {}
-    return [f"{name} @ {short_hash(pins[name])}" if pins.get(name) else str(name)
+    mounts: Mapping[str, str] = spec.get("dataset_mounts") or {}
+    return [(f"{name} @ {short_hash(pins[name])}" if pins.get(name) else str(name))
+            + (f" at /input/{mounts[name]}" if mounts.get(name) else "")
             for name in spec.get("datasets") or []]  # fmt: skip
 
 

@@ -75,7 +75,7 @@ def render_checkpoints_table(checkpoints: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         (
             checkpoint.get("id"),
-            checkpoint.get("name"),
+            "(final)" if checkpoint.get("name") == "" else checkpoint.get("name"),
             checkpoint.get("node"),
             checkpoint.get("step"),
             checkpoint.get("train_loss"),

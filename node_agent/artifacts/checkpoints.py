@@ -1,4 +1,6 @@
-"""Checkpoints: each direct child of ``output-checkpoint/`` becomes one, uploaded as a zip.
+"""Checkpoints: each folder directly in ``output-checkpoint/`` becomes one, uploaded as a zip;
+the files directly in it (where the Hugging Face Trainer saves its final model) make one more,
+named ``""`` (the job's final checkpoint, as FlexAI names it), uploaded when the job ends.
 
 While the job runs a child is uploaded once it has stopped changing (no file added, resized or
 touched) for ``stable_for`` seconds; when the job ends :meth:`CheckpointWatcher.finish`
@@ -33,6 +35,8 @@ from node_agent.client import ApiError, ApiUnavailable
 log = logging.getLogger("flexai.agent")
 
 Signature = tuple[int, int, int]
+ROOT = ""
+"""The root checkpoint's name: the files directly in the checkpoint folder."""
 RECHECK_FOR = 300.0
 """Seconds after its upload a checkpoint is still looked at for changes, until the job ends."""
 
@@ -108,6 +112,8 @@ class CheckpointWatcher:
         self.scan(final=True)
 
     def scan(self, final: bool = False) -> None:
+        if final:
+            self._scan_root()
         for child in self._candidates(final):
             try:
                 current = signature(child)
@@ -118,6 +124,22 @@ class CheckpointWatcher:
                 continue
             if final or self._is_stable(child.name, current):
                 self._upload(child, current, taken)
+
+    def _scan_root(self) -> None:
+        """The files directly in the folder, as the root checkpoint ``""``."""
+        try:
+            files = [entry for entry in os.scandir(self.directory)
+                     if entry.is_file(follow_symlinks=False)
+                     and not entry.name.startswith((".", "tmp-"))]  # fmt: skip
+            current = (len(files), sum(entry.stat(follow_symlinks=False).st_size
+                                       for entry in files),
+                       max((entry.stat(follow_symlinks=False).st_mtime_ns for entry in files),
+                           default=0))  # fmt: skip
+        except OSError:
+            return
+        taken = self._taken.get(ROOT)
+        if files and ROOT not in self._refused and (taken is None or taken.signature != current):
+            self._upload(self.directory, current, taken, name=ROOT)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
@@ -134,7 +156,8 @@ class CheckpointWatcher:
             children = [
                 child
                 for child in self.directory.iterdir()
-                if child.name not in self._refused
+                if child.is_dir() and not child.is_symlink()
+                and child.name not in self._refused
                 and not child.name.startswith((".", "tmp-"))
                 and (final or self._taken.get(child.name, _NEVER).at > since)
             ]
@@ -151,10 +174,13 @@ class CheckpointWatcher:
         empty_folder = current[0] == 0
         return not empty_folder and now - previous[1] >= self.stable_for
 
-    def _upload(self, child: Path, current: Signature, taken: Taken | None) -> None:
-        name = child.name if taken is None else self._next_name(child.name, taken)
+    def _upload(self, child: Path, current: Signature, taken: Taken | None,
+                name: str | None = None) -> None:  # fmt: skip
+        key = child.name if name is None else name
+        name = key if taken is None else self._next_name(key, taken)
         artifact = Artifact(self.job_id, "checkpoint", name, self.node_id, self.node_index,
-                            child, trusted=self.directory.parent)  # fmt: skip
+                            child, trusted=self.directory.parent,
+                            top_files=key == ROOT)  # fmt: skip
         try:
             self.uploader.upload(artifact)
         except ApiUnavailable as error:  # the agent shuts down: its restart uploads it
@@ -162,15 +188,15 @@ class CheckpointWatcher:
             return
         except (ApiError, OSError) as error:
             log.error("job %s: checkpoint %s not uploaded: %s", self.job_id, name, error)
-            self._refused.add(child.name)
+            self._refused.add(key)
             return
         earlier = taken.names if taken is not None else ()
-        self._taken[child.name] = Taken(current, time.monotonic(), (*earlier, name))
+        self._taken[key] = Taken(current, time.monotonic(), (*earlier, name))
         self.uploaded.append(name)
         if self.record is not None:
             _write_record(self.record, self._taken, self.job_id)
         if taken is not None and self.say is not None:
-            self.say(_changed_after_upload(child.name, taken.names[-1], name, self.stable_for))
+            self.say(_changed_after_upload(key, taken.names[-1], name, self.stable_for))
         if self.on_upload is not None:
             self.on_upload(name)
 

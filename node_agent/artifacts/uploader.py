@@ -59,6 +59,9 @@ class Artifact:
     """The job's directory: no link is followed below it."""
     attempt: int = 1
     """The job's attempt an output directory is of."""
+    top_files: bool = False
+    """Only the files directly in ``source`` (the root checkpoint: its subfolders are
+    checkpoints of their own)."""
 
     @property
     def label(self) -> str:
@@ -85,7 +88,7 @@ class ArtifactUploader:
         """Send the artifact; what the ledger holds of it (CheckpointPublic, OutputPublic).
         ApiError: refused for good (the job ended, the archive refused); ApiUnavailable: the
         agent shuts down; OSError: the files could not be read."""
-        size_hint = files_bytes(artifact.source)
+        size_hint = files_bytes(artifact.source, artifact.top_files)
         body = {"kind": artifact.kind, "name": artifact.name, "node_id": artifact.node_id,
                 "node_index": artifact.node_index, "size_hint": size_hint}
         for attempt in range(RESTARTS + 1):
@@ -115,7 +118,8 @@ class ArtifactUploader:
         upload_id = parts.upload_id
         cutter = PartCutter(parts.part_size, parts.send)
         try:
-            write_zip(artifact.source, cutter, trusted=artifact.trusted)
+            write_zip(artifact.source, cutter, trusted=artifact.trusted,
+                      top_files=artifact.top_files)  # fmt: skip
             cutter.close()
             etags = parts.wait()
         except BaseException:

@@ -42,9 +42,10 @@ class Writer(Protocol):
     def flush(self) -> None: ...
 
 
-def write_zip(source: Path, sink: Writer, *, trusted: Path) -> None:
+def write_zip(source: Path, sink: Writer, *, trusted: Path, top_files: bool = False) -> None:
     """Zip a directory's contents (paths relative to it), or one file under its own name, into
-    ``sink``: any writer, seekable or not (a stream's entries carry data descriptors)."""
+    ``sink``: any writer, seekable or not (a stream's entries carry data descriptors).
+    ``top_files``: only the files directly in the directory (the root checkpoint's)."""
     top = _open_below(trusted, source.relative_to(trusted).parts)
     left_out: list[str] = []
     try:
@@ -53,6 +54,9 @@ def write_zip(source: Path, sink: Writer, *, trusted: Path) -> None:
                 _add_file(bundle, os.dup(top), source.name, left_out)
                 return
             for folder, subfolders, files, folder_fd in os.fwalk(".", dir_fd=top):
+                if top_files:
+                    subfolders.clear()
+                    files = [name for name in files if not name.startswith((".", "tmp-"))]
                 subfolders.sort()
                 here = os.path.normpath(folder)
                 if here != "." and not files and not subfolders:
@@ -71,12 +75,14 @@ def write_zip(source: Path, sink: Writer, *, trusted: Path) -> None:
         log.warning("%s: left out what is not a plain file: %s", source, ", ".join(left_out))
 
 
-def files_bytes(source: Path) -> int:
+def files_bytes(source: Path, top_files: bool = False) -> int:
     """The bytes of the plain files under ``source`` (about what its archive will hold)."""
     if source.is_symlink() or not source.is_dir():
         return source.lstat().st_size if source.is_file() and not source.is_symlink() else 0
     total = 0
-    for folder, _subfolders, files in os.walk(source):
+    for folder, subfolders, files in os.walk(source):
+        if top_files:
+            subfolders.clear()
         for name in files:
             try:
                 status = os.lstat(os.path.join(folder, name))

@@ -365,8 +365,11 @@ class JobBuild:
         return self._run(["git", *args], cwd or self.dirs.root, _git_env())
 
     def _run_jobs_code(self, argv: Sequence[str], cwd: Path) -> tuple[int, str]:
-        """A step that runs code of the job's: as the job's user, in the job's environment."""
-        return self._run(argv, cwd, build_environment(self.dirs), self.as_user)
+        """A step that runs code of the job's: as the job's user, in the job's environment
+        (and sandbox). Run outside the job's folder (a cached environment's staging folder),
+        it may write where it runs."""
+        writable = () if cwd.is_relative_to(self.dirs.root) else (cwd,)
+        return self._run(argv, cwd, build_environment(self.dirs), self.as_user, writable)
 
     def _run(
         self,
@@ -374,6 +377,7 @@ class JobBuild:
         cwd: Path,
         env: dict[str, str],
         as_user: JobUser | None = None,
+        writable: Sequence[Path] = (),
     ) -> tuple[int, str]:
         """Run a build command, its output into the log; return its code and last lines."""
         recent: deque[str] = deque(maxlen=40)
@@ -383,9 +387,8 @@ class JobBuild:
             if line.strip():
                 recent.append(line.strip())
 
-        code = run_command(
-            argv, cwd=cwd, env=env, on_line=on_line, cancel=self.cancel, as_user=as_user
-        )
+        code = run_command(argv, cwd=cwd, env=env, on_line=on_line, cancel=self.cancel,
+                           as_user=as_user, writable=writable)  # fmt: skip
         if code is None:
             raise BuildCancelled()
         return code, _summary(recent)

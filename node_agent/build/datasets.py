@@ -131,8 +131,9 @@ def provide_datasets(
     cache: DatasetCache | None,
     local_dir: Path | None,
 ) -> None:
-    """Give the job each of its datasets at ``input_dir/NAME`` (once: a job submitted before
-    the control plane refused a name given twice may hold one twice)."""
+    """Give the job each of its datasets at ``input_dir/NAME`` (``input_dir/MOUNT`` for one
+    given as ``NAME=MOUNT``; once: a job submitted before the control plane refused a name
+    given twice may hold one twice)."""
     for name in dict.fromkeys(spec.datasets):
         if not NAME.fullmatch(name):
             raise DatasetUnavailable("dataset_not_found", f"{name[:80]!r} is no dataset name")
@@ -144,7 +145,10 @@ def provide_datasets(
         else:
             source = _local(name, local_dir)
             log(f"dataset {name} mounted from {source}")
-        (input_dir / name).symlink_to(source, target_is_directory=True)
+        mount = spec.dataset_mounts.get(name, name)
+        if not NAME.fullmatch(mount):
+            raise DatasetUnavailable("dataset_not_found", f"{mount[:80]!r} is no folder name")
+        (input_dir / mount).symlink_to(source, target_is_directory=True)
 
 
 def _local(name: str, local_dir: Path | None) -> Path:

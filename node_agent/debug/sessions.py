@@ -30,7 +30,7 @@ from websockets.exceptions import WebSocketException
 from node_agent.client import ControlPlaneClient
 from node_agent.debug.shell import JobShell, run_process
 from node_agent.models import IN_PROGRESS
-from node_agent.run.jobrun import read_number
+from node_agent.run.jobrun import shim_pid_of
 from node_agent.run.jobuser import JobUser
 from node_agent.run.processes import is_alive
 from node_agent.supervisor import JobSupervisor
@@ -70,16 +70,21 @@ def job_shell(
     def running() -> bool:
         if not supervisor.is_alive() or supervisor.assignment.status != IN_PROGRESS:
             return False
-        shim_pid = read_number(dirs.shim_pid_file)
+        shim_pid = shim_pid_of(dirs)
         return shim_pid is not None and is_alive(shim_pid, dirs.marker)
 
+    shim_pid = shim_pid_of(dirs)
     env = supervisor.job_env
     if env is None:  # a job this agent found running after a restart: its shim's environment
-        shim_pid = read_number(dirs.shim_pid_file)
         env = environ_of(shim_pid) if shim_pid is not None else None
-    if env is None or not running():
+    if env is None or shim_pid is None or not running():
         return None
-    options = job_user.popen_options() if job_user is not None else {}
+    user = supervisor.confinement.user or job_user
+    sandbox = user.sandbox if user is not None else None
+    if sandbox is not None:  # into the job's own namespaces and cgroup, as its own id
+        return JobShell(env=sandbox.env(env), cwd=dirs.repo, running=running,
+                        enter=lambda argv: sandbox.enter(shim_pid, argv, cwd=dirs.repo))
+    options = user.popen_options() if user is not None else {}
     return JobShell(env=env, cwd=dirs.repo, running=running, popen_options=options)
 
 

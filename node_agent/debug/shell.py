@@ -38,10 +38,14 @@ class JobShell:
     """Whether the job still runs here: once not, the session lets nothing new in."""
     popen_options: Mapping[str, Any] = field(default_factory=dict)
     """``subprocess`` arguments that run as the job's user."""
+    enter: Callable[[list[str]], list[str]] | None = None
+    """How a command gets into the job's sandbox (its namespaces, as its id), where it has
+    one."""
 
     def argv(self, command: str | None) -> list[str]:
         shell = shutil.which("bash") or "/bin/sh"
-        return [shell, "-c", command] if command else [shell]
+        argv = [shell, "-c", command] if command else [shell]
+        return self.enter(argv) if self.enter is not None else argv
 
 
 async def run_process(shell: JobShell, process: asyncssh.SSHServerProcess[bytes]) -> None:

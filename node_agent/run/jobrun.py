@@ -10,7 +10,9 @@ SIGKILLs for the same reason.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
 import stat
 import subprocess
@@ -33,6 +35,9 @@ from node_agent.run.processes import (
 )
 
 _POLL = 0.1
+SANDBOX_START_S = 30.0
+"""How long bubblewrap may take to set a sandbox up (mounts, namespaces) before it counts as
+failed."""
 _READ_NO_LINK = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -46,6 +51,7 @@ class JobRun:
         shim_pid: int | None,
         started: float,
         popen: subprocess.Popen[bytes] | None = None,
+        monitor: int | None = None,
     ) -> None:
         self.dirs = dirs
         self.shim_pid = shim_pid
@@ -53,6 +59,11 @@ class JobRun:
         self.started = started
         """When the entry point started, in seconds since the epoch."""
         self._popen = popen
+        self._monitor = monitor
+        """A sandboxed job's bubblewrap outer process (the shim's parent; ``popen``'s, when
+        this agent started it): only the shim's own life says whether the entry point runs,
+        and the outer process is never signalled (it ends once the shim did; a signal would
+        orphan the sandbox)."""
 
     @classmethod
     def launch(
@@ -65,13 +76,18 @@ class JobRun:
         as_user: JobUser | None,
         work_dir: Path,
     ) -> JobRun:
-        """Start the entry point through the shim, its output appended to the job's log."""
+        """Start the entry point through the shim, its output appended to the job's log; in
+        the job's sandbox where it has one (the shim is then the sandbox's first process, and
+        bubblewrap says its pid on this host)."""
         shim_file = install_shim(work_dir)
+        command = [python, "-I", "-S", str(shim_file), str(dirs.exit_code_file),
+                   str(dirs.shim_pid_file), *argv]  # fmt: skip
+        if as_user is not None and as_user.sandbox is not None:
+            return cls._launch_sandboxed(command, dirs, env, as_user)
         log_fd = os.open(dirs.log_file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             popen = subprocess.Popen(
-                [python, "-I", "-S", str(shim_file), str(dirs.exit_code_file),
-                 str(dirs.shim_pid_file), *argv],
+                command,
                 cwd=dirs.repo,
                 env=dict(env),
                 stdin=subprocess.DEVNULL,
@@ -85,9 +101,37 @@ class JobRun:
         return cls(dirs, shim_pid=popen.pid, started=time.time(), popen=popen)
 
     @classmethod
+    def _launch_sandboxed(cls, command: list[str], dirs: JobDirs, env: Mapping[str, str],
+                          as_user: JobUser) -> JobRun:  # fmt: skip
+        sandbox = as_user.sandbox
+        assert sandbox is not None
+        info_read, info_write = os.pipe()
+        log_fd = os.open(dirs.log_file, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            argv = sandbox.command(command, cwd=dirs.repo, entry=True, info_fd=info_write)
+            popen = subprocess.Popen(argv, cwd="/", env=sandbox.env(env),
+                                     stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+                                     start_new_session=True, pass_fds=(info_write,))  # fmt: skip
+        finally:
+            os.close(log_fd)
+            os.close(info_write)
+        try:
+            shim_pid = read_child_pid(info_read, SANDBOX_START_S)
+        finally:
+            os.close(info_read)
+        if shim_pid is None:
+            with contextlib.suppress(OSError):
+                popen.kill()
+            popen.wait()
+            raise OSError(f"the job's sandbox did not start (bubblewrap exited "
+                          f"{popen.returncode}; its reason is in the job's log)")  # fmt: skip
+        write_number(dirs.sandbox_pid_file, shim_pid)
+        return cls(dirs, shim_pid=shim_pid, started=time.time(), popen=popen, monitor=popen.pid)
+
+    @classmethod
     def find(cls, dirs: JobDirs) -> JobRun | None:
         """The job's processes that an agent now gone left running; None when none runs."""
-        shim_pid = read_number(dirs.shim_pid_file)
+        shim_pid = shim_pid_of(dirs)
         if shim_pid is not None and not is_alive(shim_pid, dirs.marker):
             shim_pid = None  # gone, or the pid of another process by now
         others = job_processes(dirs.marker)
@@ -95,14 +139,17 @@ class JobRun:
             return None
         starts = [started_at(pid) for pid in ([shim_pid] if shim_pid else others)]
         known = [moment for moment in starts if moment is not None]
-        return cls(dirs, shim_pid=shim_pid, started=min(known, default=time.time()))
+        sandboxed = shim_pid is not None and dirs.sandbox_pid_file.exists()
+        return cls(dirs, shim_pid=shim_pid, started=min(known, default=time.time()),
+                   monitor=parent_of(shim_pid) if sandboxed and shim_pid else None)  # fmt: skip
 
     # -- watching ------------------------------------------------------------------------
 
     def running(self) -> bool:
         """Whether the entry point still runs (its shim waits for it)."""
-        if self._popen is not None:
+        if self._popen is not None and self._monitor is None:
             return self._popen.poll() is None
+        self._reap()
         if self.shim_pid is not None:
             return is_alive(self.shim_pid, self.dirs.marker)
         return bool(job_processes(self.dirs.marker))
@@ -122,15 +169,19 @@ class JobRun:
         """How the entry point ended (``-N``: killed by signal N), as the shim wrote it; for a
         shim that was itself killed first, how the shim ended; None when not known."""
         code = recorded_exit(self.dirs)
-        shim_code = self._popen.poll() if self._popen is not None else None
+        shim_code = None
+        if self._popen is not None and self._monitor is None:
+            shim_code = self._popen.poll()
         if code is None and shim_code is not None and shim_code < 0:
             return shim_code
         return code
 
     def processes(self) -> list[int]:
-        """Every live process of the job, the shim included."""
+        """Every live process of the job, the shim included (not bubblewrap's outer process:
+        it ends once the shim did, and a signal would orphan the sandbox)."""
         self._reap()
-        return job_processes(self.dirs.marker, self.shim_pid)
+        found = job_processes(self.dirs.marker, self.shim_pid)
+        return [pid for pid in found if pid != self._monitor]
 
     # -- ending --------------------------------------------------------------------------
 
@@ -188,6 +239,49 @@ def install_shim(work_dir: Path) -> Path:
     partial.chmod(0o644)
     os.replace(partial, target)
     return target
+
+
+def shim_pid_of(dirs: JobDirs) -> int | None:
+    """The shim's pid on this host, as it wrote it, or (sandboxed: it wrote its pid in its
+    sandbox) as bubblewrap told the agent."""
+    if dirs.sandbox_pid_file.exists():
+        return read_number(dirs.sandbox_pid_file)
+    return read_number(dirs.shim_pid_file)
+
+
+def parent_of(pid: int) -> int | None:
+    """A process's parent (a sandboxed shim's: bubblewrap's outer process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return int(stat_file.read().rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_child_pid(fd: int, timeout: float) -> int | None:
+    """The sandboxed process's pid on this host, as bubblewrap's ``--info-fd`` says it once
+    the sandbox is set up; None when bubblewrap ended first or said nothing in time."""
+    said = b""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        said += chunk
+        with contextlib.suppress(ValueError):
+            pid = json.loads(said).get("child-pid")
+            return int(pid) if isinstance(pid, int) and pid > 0 else None
+    return None
+
+
+def write_number(path: Path, value: int) -> None:
+    """The agent's own small file (in the job's scratch folder), replaced at once."""
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(f"{value}\n")
+    os.replace(partial, path)
 
 
 def recorded_exit(dirs: JobDirs) -> int | None:

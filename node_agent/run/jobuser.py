@@ -12,12 +12,16 @@ import os
 import pwd
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node_agent.models import JobDirs
 from node_agent.run.launch import without_agent_settings
+
+if TYPE_CHECKING:
+    from node_agent.sandbox.bwrap import JobSandbox
 
 DEFAULT_WHEN_ROOT = "nobody"
 # Run as the job user with the jobs' directory as argument: can that user reach it (exit 4),
@@ -43,6 +47,8 @@ class JobUser:
     name: str
     uid: int
     gid: int
+    sandbox: JobSandbox | None = None
+    """One job's sandbox (:mod:`node_agent.sandbox`): its commands run in it, as ``uid``."""
 
     @property
     def is_agent(self) -> bool:
@@ -51,10 +57,26 @@ class JobUser:
 
     def popen_options(self) -> dict[str, Any]:
         """``subprocess.Popen`` arguments that run a command as this user (and no group of
-        the agent's)."""
-        if self.is_agent:
+        the agent's); none in a sandbox, whose command drops to the user itself."""
+        if self.is_agent or self.sandbox is not None:
             return {}
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
+
+    def command(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], *,
+                entry: bool = False, writable: Sequence[Path] = ()
+                ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
+        """``argv`` and ``env`` as this user runs them: in the job's sandbox when it has one
+        (``entry``, ``writable``: see :meth:`JobSandbox.command`)."""
+        if self.sandbox is None:
+            return list(argv), dict(env)
+        return (self.sandbox.command(argv, cwd=cwd, entry=entry, writable=writable),
+                self.sandbox.env(env))  # fmt: skip
+
+    def in_sandbox(self, sandbox: JobSandbox, uid: int | None = None) -> JobUser:
+        """This user (or the job's own ``uid``) for one job's sandbox."""
+        if uid is None:
+            return replace(self, sandbox=sandbox)
+        return JobUser(f"job-{uid}", uid, uid, sandbox)
 
 
 def job_user(name: str | None) -> JobUser:

@@ -246,11 +246,14 @@ class GroupProcess:
         env: Mapping[str, str],
         on_output: Callable[[bytes], None],
         as_user: JobUser | None = None,
+        writable: Sequence[Path] = (),
     ) -> None:
+        argv, env = as_user.command(argv, cwd, env, writable=writable) if as_user else \
+            (list(argv), dict(env))  # fmt: skip
         self._process = subprocess.Popen(
-            list(argv),
+            argv,
             cwd=cwd,
-            env=dict(env),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -323,8 +326,10 @@ def run_command(
     cancel: threading.Event,
     grace: float = 5.0,
     as_user: JobUser | None = None,
+    writable: Sequence[Path] = (),
 ) -> int | None:
-    """Run a command to its end (as ``as_user``), one decoded line at a time to ``on_line``.
+    """Run a command to its end (as ``as_user``, in its sandbox where it has one, writing
+    ``writable`` too), one decoded line at a time to ``on_line``.
 
     Returns its exit code, or None when ``cancel`` was set (the group is then ended first).
     """
@@ -336,6 +341,7 @@ def run_command(
         env=env,
         on_output=lambda raw: on_line(raw.decode(errors="replace").rstrip("\r\n")),
         as_user=as_user,
+        writable=writable,
     )
     while (returncode := process.wait(0.1)) is None:
         if cancel.is_set():

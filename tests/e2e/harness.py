@@ -250,13 +250,15 @@ def start_cluster(
     server_env: dict[str, str] | None = None,
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
-    as pytest's temporary directories are that user's alone). The agent's node token (an
-    admin made it) is in a file, or in ``FLEXAI_TOKEN`` with ``token_in_environment``."""
+    as pytest's temporary directories are that user's alone; ``""``: each as an id of its own,
+    as the README deploys it). The agent's node token (an admin made it) is in a file, or in
+    ``FLEXAI_TOKEN`` with ``token_in_environment``."""
     cluster = start_server(root, database_url, server_flags=server_flags, server_env=server_env)
     env = cluster.env
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
-                  "--name", "test-node", "--work-dir", str(root / "agent"),
-                  "--job-user", job_user or pwd.getpwuid(os.geteuid()).pw_name]  # fmt: skip
+                  "--name", "test-node", "--work-dir", str(root / "agent")]  # fmt: skip
+    if job_user != "":
+        agent_args += ["--job-user", job_user or pwd.getpwuid(os.geteuid()).pw_name]
     if job_python:
         agent_args += ["--job-python", job_python]
     agent_args += agent_flags

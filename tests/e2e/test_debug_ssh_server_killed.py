@@ -35,16 +35,17 @@ def test_a_session_a_killed_server_left_open_is_closed_when_it_starts_again(
     job_name: str,
     tmp_path: Path,
 ) -> None:
-    connected, finish = tmp_path / "connected", tmp_path / "finish"
+    finish = tmp_path / "finish"  # the job sees it (read-only, from its sandbox)
     repo = repo_factory({"requirements.txt": "", "train.py": TRAIN})
     cluster.flexai("training", "run", job_name, "-u", str(repo), "-E",
                    f"FINISH_FILE={finish}", "--", "train.py")  # fmt: skip
     job_id = cluster.wait_for(job_name, {"in progress"})["id"]
+    connected = cluster.root / "agent" / "jobs" / job_id / "output" / "connected"
     output = tmp_path / "debug-ssh.log"  # a file, not a pipe ssh could hold open after it
     with output.open("wb") as sink:
         session = subprocess.Popen(
             [*FLEXAI, "training", "debug-ssh", job_name, "--", "sh", "-c",
-             f"touch {connected}; exec sleep 60"],
+             'touch "$FLEXAI_OUTPUT_DIR/connected"; exec sleep 60'],
             env=cluster.env, cwd=cluster.root, stdin=subprocess.DEVNULL, stdout=sink,
             stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -19,7 +19,7 @@ from node_agent.models import marker_prefix
 from node_agent.run.processes import marked_processes, signal_pids
 from tests.e2e.harness import Cluster, start_cluster
 from tests.pg import fresh_database
-from tests.support import wait_until
+from tests.support import job_pids, wait_until
 
 pytestmark = pytest.mark.e2e
 RepoFactory = Callable[[dict[str, str]], Path]
@@ -173,17 +173,18 @@ def test_an_agent_restarted_while_its_job_runs_adopts_it_and_reports_its_end(
 def test_a_job_that_ended_while_its_agent_was_down_is_reported_with_its_exit_code(
     fleet: Cluster, repo_factory: RepoFactory, job_name: str, tmp_path: Path
 ) -> None:
-    running, release = tmp_path / "running", tmp_path / "release"
+    release = tmp_path / "release"  # the job sees it (read-only, from its sandbox)
     short = (
-        "import pathlib, time\n"
-        f"pathlib.Path({str(running)!r}).touch()\n"
+        "import os, pathlib, time\n"
+        "(pathlib.Path(os.environ['FLEXAI_OUTPUT_DIR']) / 'running').touch()\n"
         f"while not pathlib.Path({str(release)!r}).exists():\n"
         "    time.sleep(0.05)\n"
         "raise SystemExit(3)\n"
     )
     repo = repo_factory({"requirements.txt": "", "train.py": short})
     fleet.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py")
-    wait_until(running.exists, timeout=60)
+    wait_until(lambda: any((fleet.root / "agent" / "jobs").glob("*/output/running")),
+               timeout=60)  # fmt: skip
     fleet.kill("agent")
     release.touch()  # the job ends while its agent is down, within the node's lease
     exit_codes = fleet.root / "agent" / "jobs"
@@ -231,7 +232,6 @@ ESCAPES = """\
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          start_new_session=True)
-open(os.path.join(os.environ["FLEXAI_OUTPUT_DIR"], "..", "escapee.pid"), "w").write(str(child.pid))
 print("escapee", child.pid, flush=True)
 time.sleep(600)
 """
@@ -245,18 +245,20 @@ def test_a_stop_ends_a_process_that_left_the_jobs_process_group(
                  "--", "train.py")  # fmt: skip
     wait_until(lambda: "escapee" in fleet.flexai("training", "logs", job_name).stdout,
                timeout=60)  # fmt: skip
-    pid = int(fleet.flexai("training", "logs", job_name).stdout.split("escapee ")[1].split()[0])
+    job_id = str(fleet.inspect(job_name)["id"])
+    wait_until(lambda: len(job_pids(job_id)) >= 3)  # the shim, the entry point, the escapee
+    pids = job_pids(job_id)  # their pids on this host (in the sandbox, they have their own)
     fleet.flexai("training", "stop", job_name)
     fleet.wait_for(job_name, {"stopped"}, timeout=60)
 
-    def gone() -> bool:
+    def gone(pid: int) -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
         return _is_zombie(pid)
 
-    wait_until(gone, timeout=10)
+    wait_until(lambda: all(gone(pid) for pid in pids), timeout=10)
 
 
 def _is_zombie(pid: int) -> bool:

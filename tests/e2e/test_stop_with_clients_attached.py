@@ -26,7 +26,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.e2e.harness import FLEXAI, Cluster, start_cluster
 from tests.pg import fresh_database
-from tests.support import make_repo, wait_until
+from tests.support import job_pids, make_repo, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -106,13 +106,13 @@ def test_sigterm_ends_every_long_poll_stream_and_debug_session_at_once_and_clien
         assert "Traceback" not in follower.err.read_text()
     assert "Traceback" not in cluster.log("server")
 
-    job_pid = _job_pid(cluster, "sleeper")
+    job_pids = _job_pids(cluster, "sleeper")
     cluster.wait_for_node("test-node")
     signalled = time.monotonic()
     cluster.parts["agent"].send_signal(signal.SIGTERM)
     assert cluster.parts["agent"].wait(timeout=10) == 0
     assert time.monotonic() - signalled < 5
-    assert not _running(job_pid), "the agent left its job's process running"
+    assert not any(_running(pid) for pid in job_pids), "the agent left its job's process running"
     assert "Traceback" not in cluster.log("agent")
     wait_until(lambda: cluster.inspect("sleeper")["status"] == "failed")
     failure = cluster.inspect("sleeper")["failure"]  # the agent said it left: no lease waited
@@ -191,11 +191,13 @@ def _in_background(url: str, headers: dict[str, str], params: dict[str, Any]
     return answer
 
 
-def _job_pid(cluster: Cluster, name: str) -> int:
+def _job_pids(cluster: Cluster, name: str) -> list[int]:
+    """The job's processes, by their pids on this host (in its sandbox they have their own)."""
     logs = cluster.api("GET", f"/v1/jobs/{name}/logs").text
-    found = re.search(r"^pid (\d+)$", logs, re.MULTILINE)
-    assert found, logs
-    return int(found.group(1))
+    assert re.search(r"^pid (\d+)$", logs, re.MULTILINE), logs  # it runs
+    pids = job_pids(str(cluster.inspect(name)["id"]))
+    assert pids
+    return pids
 
 
 def _running(pid: int) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import Cluster
-from tests.support import alive, build_wheel, wait_until
+from tests.support import alive, build_wheel, job_pids, wait_until
 
 pytestmark = pytest.mark.e2e
 RepoFactory = Callable[[dict[str, str]], Path]
@@ -138,9 +138,6 @@ def test_a_request_for_more_accelerators_than_any_node_has_is_rejected_with_the_
 STUBBORN = """\
 import os, signal, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(os.environ["PID_FILE"] + ".partial", "w") as handle:
-    handle.write(f"{os.getpid()} {child.pid}")
-os.rename(os.environ["PID_FILE"] + ".partial", os.environ["PID_FILE"])
 print("running", flush=True)
 time.sleep(600)
 """
@@ -149,13 +146,15 @@ time.sleep(600)
 def start_stubborn_job(
     cluster: Cluster, repo_factory: RepoFactory, job_name: str, pid_file: Path
 ) -> list[int]:
-    """Run a job whose entry point and its child sleep; return their pids once it runs."""
+    """Run a job whose entry point and its child sleep; return the pids on this host of its
+    processes (in its sandbox, the shim's too) once it runs."""
     repo = repo_factory({"requirements.txt": "", "train.py": STUBBORN})
-    cluster.flexai("training", "run", job_name, "-u", str(repo), "-E", f"PID_FILE={pid_file}",
-                   "--", "train.py")  # fmt: skip
-    cluster.wait_for(job_name, {"in progress"})
-    wait_until(pid_file.exists, timeout=60)
-    return [int(pid) for pid in pid_file.read_text().split()]
+    cluster.flexai("training", "run", job_name, "-u", str(repo), "--", "train.py")
+    job_id = str(cluster.wait_for(job_name, {"in progress"})["id"])
+    wait_until(lambda: "running" in cluster.flexai("training", "logs", job_name).stdout,
+               timeout=60)  # fmt: skip
+    wait_until(lambda: len(job_pids(job_id)) >= 3)  # the shim, the entry point, its child
+    return job_pids(job_id)
 
 
 def test_stop_while_in_progress_stops_the_job_and_its_processes(

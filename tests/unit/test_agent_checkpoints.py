@@ -30,7 +30,7 @@ class RecordingClient:
         if self.away:
             raise ApiUnavailable("the agent is shutting down")
         sink = io.BytesIO()
-        write_zip(artifact.source, sink, trusted=artifact.trusted)
+        write_zip(artifact.source, sink, trusted=artifact.trusted, top_files=artifact.top_files)
         with zipfile.ZipFile(sink) as bundle:
             files = {info.filename: bundle.read(info) for info in bundle.infolist()}
         self.uploads.append((str(artifact.name), files))
@@ -110,13 +110,25 @@ def test_a_checkpoint_still_being_written_is_not_uploaded_yet(
     assert len(client.uploads[0][1]) == 10
 
 
-def test_a_single_file_checkpoint_is_zipped_under_its_name(
+def test_the_files_at_the_root_make_one_final_checkpoint_named_empty_when_the_job_ends(
     tmp_path: Path, client: RecordingClient
 ) -> None:
+    """Where the Hugging Face Trainer saves its final model: FlexAI names it ``""``."""
     watch = watcher(tmp_path, client)
-    (tmp_path / "output-checkpoint" / "final.pt").write_bytes(b"tensor")
+    root = tmp_path / "output-checkpoint"
+    (root / "config.json").write_text('{"architectures": ["BertModel"]}')
+    (root / "model.safetensors").write_bytes(b"tensor")
+    (root / ".partial").write_bytes(b"half")
+    (root / "checkpoint-1").mkdir()
+    (root / "checkpoint-1" / "w").write_bytes(b"w")
+    watch.scan()
+    watch.scan()
+    assert "" not in client.names  # while the job runs, the root is no checkpoint yet
     watch.finish()
-    assert client.uploads == [("final.pt", {"final.pt": b"tensor"})]
+    assert sorted(client.uploads) == [
+        ("", {"config.json": b'{"architectures": ["BertModel"]}', "model.safetensors": b"tensor"}),
+        ("checkpoint-1", {"w": b"w"}),
+    ]
 
 
 def test_the_final_scan_uploads_what_is_left_oldest_first_but_no_temporary_names(
@@ -178,22 +190,24 @@ def test_a_checkpoint_that_changed_after_its_upload_is_uploaded_again_when_the_j
     said: list[str] = []
     watch = watcher(tmp_path, client, recheck_for=0.0, said=said)  # looked at only at the end
     watch.start()
-    staged = tmp_path / "output-checkpoint" / "final.pt"
-    staged.write_bytes(b"half")
-    wait_for(lambda: client.names == ["final.pt"])
-    (tmp_path / "output-checkpoint" / "final.pt.v2").write_bytes(b"the job's own")
-    staged.write_bytes(b"whole")
+    staged = tmp_path / "output-checkpoint" / "final"
+    staged.mkdir()
+    (staged / "model.pt").write_bytes(b"half")
+    wait_for(lambda: client.names == ["final"])
+    (tmp_path / "output-checkpoint" / "final.v2").mkdir()
+    (tmp_path / "output-checkpoint" / "final.v2" / "own").write_bytes(b"the job's own")
+    (staged / "model.pt").write_bytes(b"whole")
     wait_for(lambda: len(client.uploads) == 2)
-    time.sleep(0.4)  # final.pt is not looked at again before the end
-    assert client.names == ["final.pt", "final.pt.v2"]
+    time.sleep(0.4)  # final is not looked at again before the end
+    assert client.names == ["final", "final.v2"]
     watch.finish()
     assert client.uploads == [
-        ("final.pt", {"final.pt": b"half"}),
-        ("final.pt.v2", {"final.pt.v2": b"the job's own"}),
-        ("final.pt.v3", {"final.pt": b"whole"}),
+        ("final", {"model.pt": b"half"}),
+        ("final.v2", {"own": b"the job's own"}),
+        ("final.v3", {"model.pt": b"whole"}),
     ]
-    assert len(said) == 1 and "checkpoint final.pt changed" in said[0]
-    assert "uploaded again, whole, as final.pt.v3" in said[0]
+    assert len(said) == 1 and "checkpoint final changed" in said[0]
+    assert "uploaded again, whole, as final.v3" in said[0]
 
 
 def test_a_checkpoint_renamed_into_place_is_uploaded_once_and_one_deleted_is_not_missed(
@@ -234,7 +248,8 @@ def test_an_agent_restarted_while_the_job_ran_uploads_what_changed_meanwhile_and
     folder = tmp_path / "output-checkpoint"
     (folder / "checkpoint-1").mkdir()
     (folder / "checkpoint-1" / "model.bin").write_bytes(b"model")
-    (folder / "checkpoint-2").write_bytes(b"second")
+    (folder / "checkpoint-2").mkdir()
+    (folder / "checkpoint-2" / "w").write_bytes(b"second")
     wait_for(lambda: sorted(client.names) == ["checkpoint-1", "checkpoint-2"])
     first.stop_watching()  # the agent stops; the job runs on and finishes checkpoint-1
     (folder / "checkpoint-1" / "optimizer.bin").write_bytes(b"optimizer")
@@ -255,8 +270,8 @@ def test_an_unreadable_checkpoint_record_offers_each_checkpoint_again(
 ) -> None:
     record = tmp_path / "checkpoints.json"
     record.write_text("{not json")
-    (tmp_path / "output-checkpoint").mkdir()
-    (tmp_path / "output-checkpoint" / "checkpoint-1").write_bytes(b"model")
+    (tmp_path / "output-checkpoint" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "output-checkpoint" / "checkpoint-1" / "w").write_bytes(b"model")
     watch = watcher(tmp_path, client, record=record)
     watch.finish()
     assert client.names == ["checkpoint-1"]
@@ -267,11 +282,11 @@ def test_a_checkpoint_named_at_the_length_limit_is_uploaded_again_under_a_name_t
     tmp_path: Path, client: RecordingClient
 ) -> None:
     name = "c" * 254
-    (tmp_path / "output-checkpoint").mkdir()
     staged = tmp_path / "output-checkpoint" / name
-    staged.write_bytes(b"half")
+    staged.mkdir(parents=True)
+    (staged / "w").write_bytes(b"half")
     watch = watcher(tmp_path, client, recheck_for=0.0)
     watch.scan(final=True)
-    staged.write_bytes(b"whole")
+    (staged / "w").write_bytes(b"whole")
     watch.finish()
     assert client.names == [name, "c" * 252 + ".v2"]

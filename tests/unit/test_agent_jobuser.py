@@ -106,7 +106,7 @@ def run_agent_main(tmp_path: Path, *extra: str) -> int:
     token.write_text("t0ken\n")
     token.chmod(0o600)
     argv = ["--server", "http://127.0.0.1:9", "--token-file", str(token), "--accels", "1"]
-    argv += ["--connect-timeout", "0.2", *extra]
+    argv += ["--connect-timeout", "0.2", "--no-sandbox", *extra]  # the shared job user's checks
     return main(argv)
 
 

@@ -162,7 +162,9 @@ def no_token_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # pytest's temporary directories are their owner's alone: jobs run as the test's own user.
-AS_ME = ["--job-user", pwd.getpwuid(os.geteuid()).pw_name]
+AS_ME = ["--job-user", pwd.getpwuid(os.geteuid()).pw_name, "--no-sandbox"]
+"""The agent's own handling of processes, without a sandbox (tests/unit/test_agent_sandbox.py
+runs them in one)."""
 
 AGENTS: list[subprocess.Popen[str]] = []
 
@@ -179,14 +181,17 @@ def end_every_agent() -> Iterator[None]:
 
 
 def start_agent(
-    tmp_path: Path, url: str, *extra: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
-    """A real agent process; its token comes from a token file unless ``env`` holds one."""
+    tmp_path: Path, url: str, *extra: str, env: dict[str, str] | None = None,
+    sandboxed: bool = False,
+) -> subprocess.Popen[str]:  # fmt: skip
+    """A real agent process; its token comes from a token file unless ``env`` holds one.
+    ``sandboxed``: each job in a sandbox of its own, as its own id (else as the test's user)."""
     argv = ["--server", url, "--accels", "2", "--name", "gpu-1"]
     if "FLEXAI_TOKEN" not in (env or {}):
         argv += ["--token-file", token_file(tmp_path)]
     argv += ["--work-dir", str(tmp_path / "agent"), "--poll-interval", "0.1"]
-    argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5", *AS_ME, *extra]
+    argv += ["--heartbeat-interval", "0.2", "--stop-grace", "0.5"]
+    argv += [*([] if sandboxed else AS_ME), *extra]
     code = "import sys; from node_agent.main import main; sys.exit(main(sys.argv[1:]))"
     agent = subprocess.Popen(
         [sys.executable, "-c", code, *argv],

@@ -119,10 +119,14 @@ def test_agent_facts_are_bounded() -> None:
             check_accelerators(indices)
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "bad\x00name", "x" * 256, "tab\tname"])
+@pytest.mark.parametrize("name", [".", "..", "a/b", "bad\x00name", "x" * 256, "tab\tname", None])
 def test_a_checkpoint_name_is_one_printable_file_name(name: str) -> None:
     with pytest.raises(InvalidValue):
         check_checkpoint_name(name)
+
+
+def test_the_root_checkpoints_name_is_empty() -> None:
+    assert check_checkpoint_name("") == ""
 
 
 def test_what_a_checkpoint_claims_of_itself_is_kept_only_where_it_fits() -> None:

@@ -129,6 +129,7 @@ def register_node(body: NodeRegister, services: ServicesDep, node: CurrentNode) 
     node_id, outcome = services.jobs.register_node(
         body.name, body.accels, body.accel_type, address=body.address,
         gpus=[gpu.model_dump() for gpu in body.gpus],
+        isolation=body.isolation.model_dump() if body.isolation else None,
     )  # fmt: skip
     services.projector.wait(outcome.position)
     services.scheduler_wakeup.set()

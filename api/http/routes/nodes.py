@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import APIRouter
 
 from api.http.deps import CurrentUser, ServicesDep
@@ -21,6 +23,7 @@ def list_nodes(services: ServicesDep, _: CurrentUser) -> NodesPublic:
                 id=row["id"], name=row["name"], accels=row["accels"],
                 accel_type=row["accel_type"], busy_accels=busy.get(row["id"], 0),
                 alive=row["id"] in live, registered_at=row["registered_at"],
+                isolation=json.loads(row["isolation"]) if row.get("isolation") else None,
             )  # fmt: skip
             for row in services.queries.nodes()
         ]

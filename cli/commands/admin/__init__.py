@@ -7,5 +7,6 @@ Imports: cli.client, cli.commands, cli.errors, cli.output."""
 from __future__ import annotations
 
 # In the order `flexai admin --help` lists them.
-ADMIN_COMMANDS = ("user", "token", "node-token", "verify", "purge", "rebuild-projections")
+ADMIN_COMMANDS = ("user", "token", "node", "node-token", "verify", "purge",
+                  "rebuild-projections")  # fmt: skip
 """A command ``a-b`` is the module ``a_b``."""
