@@ -7,6 +7,7 @@ first, filtered by status and name prefix; a user sees their own jobs, an admin 
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -103,9 +104,17 @@ def node_rows(services: Services, signed: Signed) -> list[dict[str, Any]]:
             "name": node["name"], "accel_type": node["accel_type"], "accels": node["accels"],
             "free": max(int(node["accels"]) - in_use, 0), "held": held, "waiting": waiting,
             "alive": node["id"] in live, "last_seen": moment(seen.get(node["id"])),
-            "registered": moment(node["registered_at"]),
+            "registered": moment(node["registered_at"]), **_isolation(node.get("isolation")),
         })  # fmt: skip
     return rows
+
+
+def _isolation(stored: str | None) -> dict[str, str]:
+    """How the node's agent keeps jobs apart, as `flexai admin node list` shows it."""
+    said = json.loads(stored) if stored else {}
+    return {"isolation": str(said.get("level") or "unknown"),
+            "isolation_detail": str(said.get("detail") or "an agent from before isolation "
+                                                          "levels")}  # fmt: skip
 
 
 def _holder(holder: dict[str, Any], signed: Signed) -> dict[str, Any]:

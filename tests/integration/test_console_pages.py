@@ -204,9 +204,12 @@ def test_the_nodes_page_shows_who_holds_each_accelerator_and_names_only_visible_
     root = site.person("root", admin=True)
     job = alice.submit("big-run", accels=3)
     running(site, job["id"])
-    site.services.jobs.register_node("gpu-2", accels=2, accel_type="A100")
+    site.services.jobs.register_node("gpu-2", accels=2, accel_type="A100", isolation={
+        "level": "sandbox", "detail": "each job in a sandbox of its own", "limits": True})
     site.services.projector.catch_up()
     mine = alice.client.get("/nodes").text
+    assert '<td title="each job in a sandbox of its own">sandbox</td>' in mine  # gpu-2's
+    assert '<td title="an agent from before isolation levels">unknown</td>' in mine  # gpu-1's
     assert re.search(r">big-run</a>: accelerators 0, 1, 2", mine)
     row = re.search(r"<td>gpu-1</td>.*?</tr>", mine, re.S)
     assert row is not None and '<td class="num">1</td>' in row.group(0)
