@@ -11,11 +11,14 @@ controller, as on these build machines), where the job gets a cgroup in the ``me
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("flexai.agent")
 
 ROOT = Path("/sys/fs/cgroup")
 JOBS = "flexai-jobs"
@@ -94,6 +97,9 @@ class JobCgroup:
             with contextlib.suppress(OSError):
                 kill.write_text("1")
         deadline = time.monotonic() + patience
+        if left := self.processes():
+            log.warning("%s: killing what is left in the job's cgroup: %s", self.memory.name,
+                        ", ".join(map(str, left)))  # fmt: skip
         while (left := self.processes()) and time.monotonic() < deadline:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -120,6 +126,21 @@ class Cgroups:
     def for_job(self, key: str) -> JobCgroup:
         name = key.replace("/", "_").replace(":", "-")
         return JobCgroup(tuple(base / JOBS / name for base in self.bases), self.version)
+
+    def sweep(self, prefix: str) -> int:
+        """Remove the empty cgroups of the jobs named ``prefix...`` (this agent's: its work
+        directory's digest) that an agent killed meanwhile left; how many went. One that still
+        holds a process (a job that ran on while the agent was down) stays."""
+        name = prefix.replace("/", "_").replace(":", "-")
+        gone = 0
+        for base in self.bases:
+            with contextlib.suppress(OSError):
+                for folder in (base / JOBS).iterdir():
+                    if folder.name.startswith(name) and folder.is_dir():
+                        with contextlib.suppress(OSError):
+                            folder.rmdir()
+                            gone += 1
+        return gone
 
     def describe(self) -> str:
         return f"cgroup v{self.version} ({', '.join(str(base / JOBS) for base in self.bases)})"

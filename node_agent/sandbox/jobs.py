@@ -65,7 +65,7 @@ class JobSandboxes:
         cgroups = self.isolation.cgroups
         if not self.active or cgroups is None:
             return None
-        cgroup = cgroups.for_job(dirs.root.name + f"-{dirs.marker.rsplit(':', 1)[-1]}")
+        cgroup = cgroups.for_job(dirs.marker)  # this work directory's job and node index
         try:
             cgroup.create(self.memory_limit(accels), self.limits.pids)
         except CgroupError as error:

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from node_agent.models import marker_prefix
 from node_agent.run.jobuser import JobUser
 from node_agent.sandbox.identities import (
     DEFAULT_RANGE,
@@ -49,6 +50,8 @@ def sandboxes(args: argparse.Namespace, work_dir: Path, shared: JobUser | None,
     else:
         named = args.job_user if args.job_user else None
         isolation = detect(named, want_cgroups=args.job_memory != "none" or bool(args.job_pids))
+    if isolation.cgroups is not None:
+        isolation.cgroups.sweep(marker_prefix(work_dir))  # an agent killed earlier left them
     identities = None
     if isolation.level == SANDBOX and not args.job_user:
         try:
