@@ -59,6 +59,10 @@ class Offer:
                    str(data["public_key"]))  # fmt: skip
 
 
+STARTING_PATIENCE_S = 10.0
+"""How long a session waits for a job's entry point that this node is still starting."""
+
+
 def job_shell(
     supervisor: JobSupervisor | None, node_index: int, job_user: JobUser | None
 ) -> JobShell | None:
@@ -295,10 +299,20 @@ class DebugSessions:
         path = f"/v1/agent/debug-sessions/{offer.id}"
         url, headers = self.client.websocket_target(path)
         try:
-            await serve_session(offer, self.shell_for(offer.job_id, offer.node_index), url,
-                                headers)  # fmt: skip
+            await serve_session(offer, await self._shell(offer), url, headers)
         except Exception as error:  # one session's failure is its own
             log.warning("debug session %s: %s", offer.id, error or type(error).__name__)
+
+
+    async def _shell(self, offer: Offer) -> JobShell | None:
+        """Where the session's commands run; a job the control plane has started but whose
+        entry point this node is still starting (its sandbox being set up) is waited for."""
+        deadline = asyncio.get_running_loop().time() + STARTING_PATIENCE_S
+        while (shell := self.shell_for(offer.job_id, offer.node_index)) is None:
+            if asyncio.get_running_loop().time() >= deadline:
+                return None
+            await asyncio.sleep(0.1)
+        return shell
 
 
 def _settle(

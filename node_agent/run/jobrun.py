@@ -180,8 +180,16 @@ class JobRun:
         """Every live process of the job, the shim included (not bubblewrap's outer process:
         it ends once the shim did, and a signal would orphan the sandbox)."""
         self._reap()
-        found = job_processes(self.dirs.marker, self.shim_pid)
+        found = job_processes(self.dirs.marker, self._group())
         return [pid for pid in found if pid != self._monitor]
+
+    def _group(self) -> int | None:
+        """The shim's process group, while it is the job's: a sandboxed shim is no child of
+        the agent's, and its pid, once it ended, may soon be another process's (or group's)."""
+        if self.shim_pid is None or (self._monitor is not None
+                                     and not is_alive(self.shim_pid, self.dirs.marker)):
+            return None  # fmt: skip
+        return self.shim_pid
 
     # -- ending --------------------------------------------------------------------------
 
@@ -190,13 +198,14 @@ class JobRun:
         pids still alive after that (stuck in the kernel).
 
         One SIGTERM each: training code may take a second one for "abort the checkpoint save"."""
-        if self.shim_pid is not None:
-            signal_group(self.shim_pid, signal.SIGTERM)
+        group = self._group()
+        if group is not None:
+            signal_group(group, signal.SIGTERM)
         left = self.processes()
         if not left:
             return []  # the usual end: the entry point left nothing behind (one scan)
-        if self.shim_pid is not None:
-            left = outside_group(left, self.shim_pid)  # the group's got theirs just now
+        if group is not None:
+            left = outside_group(left, group)  # the group's got theirs just now
         signal_pids(left, signal.SIGTERM)
         if self._all_gone(grace):
             return []
