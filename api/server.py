@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from api.settings import Limits
+from api.tls import Certificate, ServerTls, TlsError
 from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
+
+log = logging.getLogger("api.server")
 
 DEFAULT_DATA_DIR = Path.home() / ".local" / "share" / "flexai" / "server"
 
@@ -30,8 +33,24 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="SQLite file, artifacts and the admin token (default: %(default)s)")
     parser.add_argument("--database-url", default=None,
                         help="postgresql://USER@HOST:PORT/DB; default: SQLite in the data dir")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: %(default)s; 0.0.0.0: all)")
     parser.add_argument("--port", type=int, default=8000)
+    tls = parser.add_argument_group(
+        "TLS (serve https://, or stay on 127.0.0.1 behind a TLS proxy)")
+    tls.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
+                     help="serve HTTPS with this PEM certificate (chain); reloaded with the "
+                          "key on SIGHUP (kill -HUP PID) without dropping a connection")
+    tls.add_argument("--tls-key", type=Path, default=None, metavar="FILE",
+                     help="its unencrypted PEM private key (default: in --tls-cert's file)")
+    tls.add_argument("--agent-client-ca", type=Path, default=None, metavar="FILE",
+                     help="require agents to present a client certificate signed by this CA "
+                          "(PEM) on the agent routes, besides their node token (flexai agent "
+                          "--client-cert FILE --client-key FILE); needs --tls-cert")
+    tls.add_argument("--forwarded-allow-ips", default=None, metavar="IP,...",
+                     help="the proxies whose X-Forwarded-Proto/-For headers are believed, so "
+                          "that what the server hands out keeps the client's https:// ('*': "
+                          "any; default: $FORWARDED_ALLOW_IPS, else 127.0.0.1,::1)")
     parser.add_argument("--scheduling-patience", type=float, default=30.0, metavar="SECONDS",
                         help="how long a job waits for a live node before it is rejected")
     parser.add_argument("--node-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -109,8 +128,9 @@ def _duration(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _quiet_exit_server(config: Any) -> Any:
-    """A uvicorn server that ends on SIGTERM/SIGINT with exit code 0, not by re-raising them."""
+def _quiet_exit_server(config: Any, tls: ServerTls | None = None) -> Any:
+    """A uvicorn server that ends on SIGTERM/SIGINT with exit code 0, not by re-raising them,
+    and loads ``tls`` again on SIGHUP."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -126,13 +146,30 @@ def _quiet_exit_server(config: Any) -> Any:
             if threading.current_thread() is not threading.main_thread():
                 yield
                 return
-            signals = (signal.SIGINT, signal.SIGTERM)
-            original = {sig: signal.signal(sig, self.handle_exit) for sig in signals}
+            handlers = {signal.SIGINT: self.handle_exit, signal.SIGTERM: self.handle_exit,
+                        signal.SIGHUP: self.handle_hangup}  # fmt: skip
+            original = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
             try:
                 yield
             finally:
                 for sig, handler in original.items():
                     signal.signal(sig, handler)
+
+        def handle_hangup(self, sig: int, frame: Any) -> None:
+            """SIGHUP: load the certificate and key again (on the loop, between requests)."""
+            if self.loop is not None and not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(self.reload_tls)
+
+        def reload_tls(self) -> None:
+            from api.tls import TlsError
+
+            if tls is None or self.config.ssl is None:
+                log.info("SIGHUP: no TLS certificate to reload (this server serves plain HTTP)")
+                return
+            try:
+                log.info("SIGHUP: serving the TLS certificate %s", tls.reload(self.config.ssl))
+            except TlsError as error:
+                log.error("SIGHUP: %s; still serving the certificate loaded before", error)
 
     return Server(config)
 
@@ -170,6 +207,7 @@ def _settings(args: argparse.Namespace) -> Any:
         data_dir=args.data_dir, database_url=args.database_url, host=args.host, port=args.port,
         scheduling_patience_s=args.scheduling_patience, node_timeout_s=args.node_timeout,
         preempt_after_s=args.preempt_after, require_isolation=args.require_isolation,
+        agent_client_certificates=args.agent_client_ca is not None,
         write_client_config=not args.no_client_config, skip_events=frozenset(args.skip_event),
         database_wait_s=args.database_wait, default_time_limit_s=args.default_time_limit,
         stop_confirm_timeout_s=args.stop_confirm_timeout,
@@ -213,6 +251,33 @@ def _first_error(error: ValueError) -> str:
     return f"{flag}: {first['msg']}"
 
 
+def _tls(args: argparse.Namespace) -> tuple[ServerTls | None, Certificate | None]:
+    """The server's certificate, checked (TlsError: what is wrong with the files)."""
+    if args.tls_cert is None:
+        for flag in ("--tls-key", "--agent-client-ca"):
+            if getattr(args, flag[2:].replace("-", "_")) is not None:
+                raise TlsError(f"{flag} needs --tls-cert: give the server's certificate too")
+        return None, None
+    tls = ServerTls(args.tls_cert, args.tls_key, args.agent_client_ca)
+    certificate = tls.check()
+    if warning := tls.loose_key_warning():
+        print(f"warning: {warning}", file=sys.stderr)
+    return tls, certificate
+
+
+def _client_certificates(tls: ServerTls | None) -> dict[str, Any]:
+    """uvicorn's settings for asking clients for a certificate and passing it to the app."""
+    if tls is None or tls.client_ca is None:
+        return {}
+    import ssl
+
+    from api.http.client_certificates import protocols
+
+    http, ws = protocols()
+    return {"ssl_ca_certs": str(tls.client_ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL,
+            "http": http, "ws": ws or "none"}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(
@@ -227,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     from api.identity.secrets import SecretKeyError
     from api.ledger.format import LedgerFormatMismatch, LedgerKeyError
     from api.services import build_services
+    from api.tls import plain_http_warning, public_host
     from common.client_config import ClientConfig, ConfigError, config_path, write_client_config
 
     try:
@@ -236,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ValueError as error:  # pydantic's ValidationError: a flag out of its bounds
         print(f"error: {_first_error(error)}", file=sys.stderr)
+        return 2
+    try:
+        tls, certificate = _tls(args)
+    except TlsError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     try:
         services = build_services(settings)
@@ -255,20 +326,32 @@ def main(argv: list[str] | None = None) -> int:
     token, created = ensure_admin_token(services.identities, settings.data_dir)
     if created:
         print(f"created the admin API token: {token}", flush=True)
+    host = public_host(settings.host, certificate)
+    url = f"{'https' if tls else 'http'}://{host}:{settings.port}"
     if settings.write_client_config:
+        trusted = str(tls.cert_file.resolve()) if tls else None
         try:
-            path = write_client_config(ClientConfig(settings.public_url, token), config_path())
+            path = write_client_config(ClientConfig(url, token, trusted), config_path())
             print(f"wrote the client config to {path}", flush=True)
         except (OSError, ConfigError) as error:
             print(f"warning: could not write the client config: {error}", file=sys.stderr)
-    print(f"flexai server listening on {settings.public_url} (storage: "
+    print(f"flexai server listening on {url} (storage: "
           f"{'PostgreSQL' if args.database_url else 'SQLite in ' + str(settings.data_dir)}; "
           f"artifacts: {services.artifacts.where})", flush=True)  # fmt: skip
+    if certificate is not None:
+        print(f"TLS certificate {certificate}; SIGHUP reloads it", flush=True)
+        if args.agent_client_ca is not None:
+            print(f"agents must present a client certificate signed by {args.agent_client_ca}",
+                  flush=True)  # fmt: skip
+    elif warning := plain_http_warning(settings.host, args.forwarded_allow_ips is not None):
+        print(warning, file=sys.stderr, flush=True)
     config = uvicorn.Config(
         create_app(services), host=settings.host, port=settings.port, log_level="warning",
-        timeout_graceful_shutdown=3,
+        timeout_graceful_shutdown=3, forwarded_allow_ips=args.forwarded_allow_ips,
+        ssl_certfile=tls.cert_file if tls else None, ssl_keyfile=tls.key_file if tls else None,
+        **_client_certificates(tls),
     )  # fmt: skip
-    server = _quiet_exit_server(config)
+    server = _quiet_exit_server(config, tls)
     _ending_long_requests(server, services)
     # What start-up made (94,000 objects) lives as long as the server: no collection looks at
     # it again. A full collection held every thread for 16 ms before, under 1 ms after.

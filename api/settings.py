@@ -46,6 +46,9 @@ class Settings(BaseModel):
     priority (``--preempt-after``; None: never)."""
     require_isolation: bool = False
     """Place jobs only on nodes whose agent runs each job in a sandbox of its own."""
+    agent_client_certificates: bool = False
+    """Agents' requests need a TLS client certificate (signed by ``--agent-client-ca``'s CA,
+    which the handshake checks) besides their node token."""
     projection_interval_s: float = 0.25
     stop_confirm_timeout_s: float = Field(default=60.0, gt=0)
     """After a job's stop grace, how long a node has to confirm a stop before it fails."""
@@ -112,11 +115,6 @@ class Settings(BaseModel):
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir.resolve() / 'flexai.sqlite3'}"
-
-    @property
-    def public_url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
-        return f"http://{host}:{self.port}"
 
     def event_store_env(self) -> dict[str, str]:
         """The eventsourcing environment for the configured database."""

@@ -19,8 +19,15 @@ jobs/s from the first submission to the last ``succeeded`` (target: 20 jobs/s), 
 ``--sandbox-cost`` times the same jobs through an agent started with ``--no-sandbox`` in the
 same run: what each job's sandbox (bubblewrap, its cgroup) costs from run to succeeded.
 
+``--https-cost`` starts two clusters side by side, one over plain HTTP and one whose server
+serves HTTPS (``--tls-cert``, a certificate of a CA made for the run; the agent and the
+bench's client verify it; the agents present client certificates, ``--agent-client-ca``), and
+times jobs on each in turn: what TLS on every hop costs from run to succeeded (target: at most
+1.10x plain HTTP's p50).
+
     .venv/bin/python bench/e2e.py                       # both stores, ~30 s
     .venv/bin/python bench/e2e.py --store sqlite --sandbox-cost
+    .venv/bin/python bench/e2e.py --https-cost --jobs 40
     .venv/bin/python bench/e2e.py --slurm --throughput  # everything, ~2 minutes
     .venv/bin/python bench/e2e.py --store sqlite --jobs 50
 """
@@ -33,6 +40,7 @@ import os
 import pwd
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -73,12 +81,25 @@ class Flexai:
     """A real server and ``agents`` real agents with ``accels`` accelerators each."""
 
     def __init__(self, root: Path, database_url: str | None, agents: int, accels: int,
-                 agent_args: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 agent_args: tuple[str, ...] = (), https: bool = False) -> None:  # fmt: skip
         self.root = root
         self.database_url = database_url
         root.mkdir(parents=True)
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if https else 'http'}://127.0.0.1:{self.port}"
+        server_tls: list[str] = []
+        self.verify: ssl.SSLContext | bool = True
+        if https:
+            from tests.tls import TestCA
+
+            ca = TestCA(root / "tls")
+            issued = ca.issue("server")
+            client = ca.issue("agent", ("bench-agents",), client=True)
+            server_tls = ["--tls-cert", str(issued.cert), "--tls-key", str(issued.key),
+                          "--agent-client-ca", str(ca.path)]  # fmt: skip
+            agent_args = (*agent_args, "--ca-file", str(ca.path), "--client-cert",
+                          str(client.cert), "--client-key", str(client.key))  # fmt: skip
+            self.verify = ca.client_context()
         self.env = {**os.environ, "FLEXAI_CONFIG": str(root / "config.json"),
                     "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}  # fmt: skip
         self.env.pop("FLEXAI_TOKEN", None)
@@ -88,12 +109,12 @@ class Flexai:
         self.counter = 0
         try:
             server = ["server", "--data-dir", str(root / "data"), "--port", str(self.port),
-                      "--scheduling-patience", "600"]  # fmt: skip
+                      "--scheduling-patience", "600", *server_tls]  # fmt: skip
             self._start("server", server + (["--database-url", database_url] if database_url
                                             else []))  # fmt: skip
             self._wait(self._healthy, "the server to start")
             token = json.loads((root / "config.json").read_text())["token"]
-            self.http = httpx.Client(base_url=self.url, timeout=60,
+            self.http = httpx.Client(base_url=self.url, timeout=60, verify=self.verify,
                                      headers={"Authorization": f"Bearer {token}"})  # fmt: skip
             me = pwd.getpwuid(os.geteuid()).pw_name
             for index in range(agents):
@@ -128,7 +149,8 @@ class Flexai:
 
     def _healthy(self) -> bool:
         try:
-            ready = httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+            ready = httpx.get(f"{self.url}/health", timeout=2,
+                              verify=self.verify).status_code == 200  # fmt: skip
             return ready and (self.root / "config.json").exists()
         except httpx.HTTPError:
             return False
@@ -189,14 +211,14 @@ class Flexai:
 
 @contextmanager
 def flexai(store: str, root: Path, agents: int, accels: int,
-           agent_args: tuple[str, ...] = ()) -> Iterator[Flexai]:  # fmt: skip
+           agent_args: tuple[str, ...] = (), https: bool = False) -> Iterator[Flexai]:  # fmt: skip
     with ExitStack() as stack:
         url = None
         if store == "postgres":
             from tests.pg import fresh_database
 
             url = stack.enter_context(fresh_database("bench_e2e"))
-        cluster = Flexai(root, url, agents, accels, agent_args)
+        cluster = Flexai(root, url, agents, accels, agent_args, https)
         stack.callback(cluster.close)
         yield cluster
 
@@ -207,6 +229,19 @@ def latencies(cluster: Flexai, repo: Path, jobs: int) -> list[float]:
     for _ in range(jobs):
         name, returned = cluster.submit(repo)
         timings.append(cluster.wait_succeeded(name) - returned)
+    return timings
+
+
+def paired_latencies(clusters: list[Flexai], repo: Path, jobs: int) -> list[list[float]]:
+    """``jobs`` timed jobs on each cluster, one on each in turn (the machine's noise falls on
+    both alike)."""
+    for cluster in clusters:
+        cluster.wait_succeeded(cluster.submit(repo)[0])  # warm-up
+    timings: list[list[float]] = [[] for _ in clusters]
+    for _ in range(jobs):
+        for cluster, taken in zip(clusters, timings, strict=True):
+            name, returned = cluster.submit(repo)
+            taken.append(cluster.wait_succeeded(name) - returned)
     return timings
 
 
@@ -333,6 +368,15 @@ def run(args: argparse.Namespace) -> None:
                     rows[f"flexai: run -> succeeded, no sandbox ({store})"] = latencies(
                         cluster, repo, args.jobs
                     )
+            if args.jobs and args.https_cost:
+                with (flexai(store, tmp / f"http-{store}", 1, 1) as plain,
+                      flexai(store, tmp / f"https-{store}", 1, 1, https=True) as secure):
+                    http_s, https_s = paired_latencies([plain, secure], repo, args.jobs)
+                rows[f"flexai: http, paired ({store})"] = http_s
+                rows[f"flexai: https, paired ({store})"] = https_s
+                ratio = statistics.median(https_s) / statistics.median(http_s)
+                notes.append(f"https / http p50 ({store}): {ratio:.3f}x"
+                             + ("" if ratio <= 1.10 else "  over 1.10x"))  # fmt: skip
             if args.throughput:
                 with flexai(store, tmp / f"throughput-{store}", agents=2, accels=4) as cluster:
                     notes.append(f"{args.count} jobs ({store}):")
@@ -368,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--sandbox-cost", action="store_true",
                         help="also the same jobs through an agent with --no-sandbox")
+    parser.add_argument("--https-cost", action="store_true",
+                        help="the same jobs on an HTTP and an HTTPS cluster in turn")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy the server and agents during --throughput")  # fmt: skip
     run(parser.parse_args(argv))

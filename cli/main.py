@@ -105,6 +105,10 @@ def build_parser() -> Parser:
         formatter_class=formatter,
     )
     parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument("--allow-http", action="store_true",
+                        help="talk plain http:// to a control plane on another host (your token "
+                             "then crosses the network in clear text; refused otherwise; "
+                             "FLEXAI_ALLOW_HTTP=1 says the same)")  # fmt: skip
     top = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     _add_group(
         top, "training", "manage Training Jobs",
@@ -162,6 +166,10 @@ def _dispatch(argv: list[str]) -> int:
     head, entry_point = split_entry_point(argv)
     parser = build_parser()
     args = parser.parse_args(head)
+    if args.allow_http:
+        from common.tls import ALLOW_HTTP
+
+        os.environ[ALLOW_HTTP] = "1"
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -13,14 +13,18 @@ import threading
 READ_BYTES = 64 * 1024
 
 
-def run_proxy(url: str, headers: dict[str, str]) -> int:
-    """Pipe stdin and stdout to the WebSocket at ``url`` until either side ends."""
+def run_proxy(url: str, headers: dict[str, str], ca_file: str | None = None) -> int:
+    """Pipe stdin and stdout to the WebSocket at ``url`` until either side ends (``wss://``
+    verified as every call to the control plane is: :mod:`common.tls`)."""
     from websockets.exceptions import InvalidStatus, WebSocketException
     from websockets.sync.client import connect
 
+    from common.tls import client_context
+
+    secure = client_context(ca_file) if url.startswith("wss:") else None
     try:
         websocket = connect(url, additional_headers=headers, max_size=None, compression=None,
-                            open_timeout=15)  # fmt: skip
+                            open_timeout=15, ssl=secure)  # fmt: skip
     except InvalidStatus as refused:
         return _say(f"the control plane refused the session: {_detail(refused)}")
     except (OSError, TimeoutError, WebSocketException) as error:

@@ -20,6 +20,9 @@ class ConfigError(Exception):
 class ClientConfig:
     api_url: str
     token: str
+    ca_file: str | None = None
+    """A private CA's certificate (or the server's own) to verify the server with, besides the
+    system's CAs (``FLEXAI_CA_FILE`` wins over it)."""
 
 
 def config_path() -> Path:
@@ -66,14 +69,18 @@ def load_client_config(api_url: str | None = None, token: str | None = None) -> 
             f"the API URL {url} ends with /v1: give the server's root, {url.rstrip('/')[:-3]} "
             "(each request adds /v1 itself)"
         )
-    return ClientConfig(api_url=url.rstrip("/"), token=secret)
+    return ClientConfig(api_url=url.rstrip("/"), token=secret,
+                        ca_file=os.environ.get("FLEXAI_CA_FILE") or stored.get("ca_file"))
 
 
 def write_client_config(config: ClientConfig, path: Path | None = None) -> Path:
     """Write the config file readable by its owner only; return where it went."""
     target = path or config_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps({"api_url": config.api_url, "token": config.token}, indent=2) + "\n"
+    fields = {"api_url": config.api_url, "token": config.token}
+    if config.ca_file:
+        fields["ca_file"] = config.ca_file
+    payload = json.dumps(fields, indent=2) + "\n"
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(payload)

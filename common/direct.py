@@ -46,8 +46,10 @@ class DownloadClients:
     hooks) whose requests go out through the direct transport where it would have used
     httpx's own, and a client for the store's URLs (no token), made on first use."""
 
-    def __init__(self, api: httpx.Client) -> None:
+    def __init__(self, api: httpx.Client, tls: ssl.SSLContext | None = None) -> None:
         self.api = api
+        self.tls = tls
+        """How https is verified (None: httpx's default context)."""
         self._direct: httpx.Client | None = None
         self._proxied: httpx.Client | None = None
 
@@ -66,13 +68,14 @@ class DownloadClients:
         if not proxied(httpx.URL(url)):
             return self.direct()
         if self._proxied is None:
-            self._proxied = httpx.Client(timeout=self.api.timeout, follow_redirects=False)
+            self._proxied = httpx.Client(timeout=self.api.timeout, follow_redirects=False,
+                                         verify=self.tls if self.tls is not None else True)
         return self._proxied
 
     def direct(self) -> httpx.Client:
         if self._direct is None:  # no CA bundle is loaded before a TLS connection needs it
             self._direct = httpx.Client(timeout=self.api.timeout, follow_redirects=False,
-                                        transport=DirectTransport())  # fmt: skip
+                                        transport=DirectTransport(self.tls))  # fmt: skip
         return self._direct
 
     def close(self) -> None:
@@ -84,10 +87,10 @@ class DownloadClients:
 class DirectTransport(httpx.BaseTransport):
     """Sends each request on an ``http.client`` connection (a few kept per origin for the next)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
         self._lock = threading.Lock()
-        self._tls: ssl.SSLContext | None = None
+        self._tls: ssl.SSLContext | None = tls
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url

@@ -22,6 +22,7 @@ import email.utils
 import hashlib
 import os
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -95,17 +96,19 @@ class Fetched:
 def fetch(
     api: httpx.Client, path: str, destination: Path, *, what: str | None = None,
     patience: float = 10.0, stop: threading.Event | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Fetched:  # fmt: skip
     """Download ``path`` of the control plane (``api`` sends its token) into ``destination``.
 
     Failures that pass (no connection, 5xx, a cut) are retried for ``patience`` seconds
     without progress, from the byte reached; ``stop`` ends the waits at once. ``what`` names
-    the artifact in errors (default: the destination's name).
+    the artifact in errors (default: the destination's name). ``tls``: how the control plane
+    and the store are verified over https (default: httpx's own).
     """
     download = _Download(destination, what or destination.name)
     deadline = time.monotonic() + patience
     delay, reached = 0.2, -1
-    clients = DownloadClients(api)
+    clients = DownloadClients(api, tls)
     try:
         while True:
             try:

@@ -24,6 +24,9 @@ from urllib.parse import quote
 import httpx
 
 from common import transfer
+from common.tls import ca_file as tls_ca_file
+from common.tls import check_url, client_context, describe_failure
+from node_agent.api_errors import ApiError, ApiUnavailable, ArtifactAltered, NodeTaken, slug
 from node_agent.models import Assignment
 
 DEFAULT_RETRY_FOR = 60.0
@@ -33,39 +36,6 @@ AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 """Which agent process speaks: the control plane lets one live agent hold a node name."""
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 300.0
-
-
-class ApiError(Exception):
-    """The control plane answered with a problem (4xx) that a retry would not change."""
-
-    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
-        self.status = status
-        self.problem = dict(problem)
-        detail = problem.get("detail") or problem.get("title") or "no detail given"
-        super().__init__(f"{status} {self.slug or 'error'}: {detail}")
-
-    @property
-    def slug(self) -> str:
-        return _slug(self.problem)
-
-
-class NodeTaken(ApiError):
-    """Another live agent holds this node name (409 ``node-taken``)."""
-
-
-class ArtifactAltered(ApiError):
-    """A downloaded artifact's bytes are not the ones the ledger recorded (nothing was kept)."""
-
-
-class ApiUnavailable(Exception):
-    """The control plane could not be reached (or kept failing) for the whole retry budget.
-
-    ``retry_after``: the seconds the server asked to wait (its last ``Retry-After``), if any.
-    """
-
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -88,8 +58,21 @@ class ControlPlaneClient:
         retry_for: float = DEFAULT_RETRY_FOR,
         transport: httpx.BaseTransport | None = None,
         agent_id: str | None = None,
+        ca_file: str | None = None,
+        allow_http: bool | None = None,
+        client_certificate: tuple[str, str | None] | None = None,
     ) -> None:
+        """``ca_file``: a private CA to verify the control plane (and the store) with, besides
+        the system's CAs; ``allow_http``: plain http to another host than this one (else
+        :class:`common.tls.PlainHttpRefused`, before any connection); a ``ca_file`` that is
+        no CA's certificate is a :class:`common.tls.TlsConfigError` too.
+        ``client_certificate``: (certificate file, key file or None) presented to a control
+        plane that requires agents' client certificates (``--agent-client-ca``)."""
+        check_url(api_url, allow_http, who="flexai agent")
         self.api_url = api_url.rstrip("/")
+        self.ca_file = ca_file
+        self.tls = client_context(tls_ca_file(ca_file), *(client_certificate or ()))
+        """How https is verified: the control plane's, the store's presigned URLs, WebSockets."""
         self.agent_id = agent_id or new_agent_id()
         self.retry_for = retry_for
         self.timeout = timeout
@@ -105,8 +88,10 @@ class ControlPlaneClient:
             },
             timeout=timeout,
             transport=transport,
+            verify=self.tls,
         )
-        self._store = httpx.Client(headers={"User-Agent": "flexai-agent"}, timeout=timeout)
+        self._store = httpx.Client(headers={"User-Agent": "flexai-agent"}, timeout=timeout,
+                                   verify=self.tls)  # fmt: skip
         """For the store's presigned URLs: no token of ours goes there."""
 
     def stop_retrying(self) -> None:
@@ -311,7 +296,7 @@ class ControlPlaneClient:
             raise self._taken
         try:
             transfer.fetch(self._http, path, destination, what=what, patience=self.retry_for,
-                           stop=self._closed)  # fmt: skip
+                           stop=self._closed, tls=self.tls)  # fmt: skip
         except transfer.Refused as refused:
             raise ApiError(refused.status, refused.problem) from None
         except transfer.Unavailable as error:
@@ -346,7 +331,8 @@ class ControlPlaneClient:
                     raise ApiUnavailable(f"{self.api_url}: the agent is shutting down") from error
                 if not isinstance(error, httpx.HTTPError):
                     raise
-                failure = f"cannot reach {self._whom(error)} ({_describe(error)})"
+                untrusted = describe_failure(error, self.api_url, tls_ca_file(self.ca_file))
+                failure = untrusted or f"cannot reach {self._whom(error)} ({_describe(error)})"
             else:
                 if response.status_code < 400:
                     return response
@@ -372,7 +358,7 @@ class ControlPlaneClient:
 
     def _refusal(self, response: httpx.Response) -> ApiError:
         problem = transfer.problem_of(response)
-        if response.status_code != 409 or _slug(problem) != "node-taken":
+        if response.status_code != 409 or slug(problem) != "node-taken":
             return ApiError(response.status_code, problem)
         taken = NodeTaken(response.status_code, problem)
         if self._taken is None:
@@ -396,14 +382,10 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-def _slug(problem: Mapping[str, Any]) -> str:
-    return str(problem.get("type", "")).rsplit("/", 1)[-1]
-
-
 def _unavailable(whom: str, response: httpx.Response) -> str:
     """What a 5xx said, e.g. ``503 storage-unavailable: the artifact disk is full``."""
     problem = transfer.problem_of(response)
-    what = _slug(problem) or "error"
+    what = slug(problem) or "error"
     detail = problem.get("detail") or problem.get("title")
     said = f"{response.status_code} {what}: {detail}" if detail else str(response.status_code)
     return f"{whom} answered {said}"

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.client_config import ConfigError, load_client_config
+from common.tls import TlsConfigError, check_url
 from node_agent import workdir
 from node_agent.accelerators import detect_gpus, device_nodes
 from node_agent.agent import Agent, AgentSettings
@@ -59,6 +60,27 @@ def build_parser() -> argparse.ArgumentParser:
         "config); never the token itself on the command line, where `ps` shows it to all",
     )
     add("--token", help=argparse.SUPPRESS)  # refused: see main()
+    add(
+        "--ca-file",
+        type=Path,
+        metavar="FILE",
+        help="a private CA's certificate (PEM) to verify the control plane's https:// with, "
+        "besides the system's CAs (default: FLEXAI_CA_FILE, else the client config's)",
+    )
+    add(
+        "--allow-http",
+        action="store_true",
+        help="talk plain http:// to a control plane on another host (its token then crosses "
+        "the network in clear text; refused otherwise)",
+    )
+    add(
+        "--client-cert",
+        type=Path,
+        metavar="FILE",
+        help="a client certificate (PEM) to present to a control plane that requires one of "
+        "its agents (flexai server --agent-client-ca)",
+    )
+    add("--client-key", type=Path, metavar="FILE", help="its PEM key (default: in --client-cert)")
     add("--accels", type=_count, metavar="N", help="accelerators to offer (default: the GPUs)")
     add("--accel-type", metavar="NAME", help='their type (default: the GPU model, else "cpu")')
     add("--name", metavar="NODE", default=socket.gethostname(), help="node name (the hostname)")
@@ -177,6 +199,11 @@ def _run(args: argparse.Namespace) -> int:
         raise AgentError(f"{error} (or pass --server and --token-file)") from None
     if shutil.which("git") is None:
         raise AgentError("git is not installed on this host; install it to build jobs")
+    try:  # before anything looks the server's name up
+        check_url(config.api_url, True if args.allow_http else None, who="flexai agent")
+    except TlsConfigError as refused:
+        raise AgentError(str(refused)) from None
+    certificate = _client_certificate(args)
     settings = _settings(args, config.api_url)
     work_dir, user = settings.supervisor.work_dir, settings.supervisor.job_user
     assert user is not None
@@ -191,9 +218,15 @@ def _run(args: argparse.Namespace) -> int:
                             Path("/") if own_ids else work_dir / "jobs")  # fmt: skip
         if args.job_site_packages:
             _check_site_packages(settings.supervisor.job_python)
-        client = ControlPlaneClient(
-            config.api_url, config.token, agent_id=workdir.agent_id(work_dir)
-        )
+        try:
+            client = ControlPlaneClient(
+                config.api_url, config.token, agent_id=workdir.agent_id(work_dir),
+                ca_file=str(args.ca_file) if args.ca_file else config.ca_file,
+                allow_http=True if args.allow_http else None,
+                client_certificate=certificate,
+            )  # fmt: skip
+        except TlsConfigError as refused:
+            raise AgentError(str(refused)) from None
         agent = Agent(client, settings)
         with _shutdown_on_signals(agent), _closing(client):
             if not _register(agent, args):
@@ -216,6 +249,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     log.info("agent stopped")
     return 0
+
+
+def _client_certificate(args: argparse.Namespace) -> tuple[str, str | None] | None:
+    if args.client_cert is None:
+        if args.client_key is not None:
+            raise AgentError("--client-key needs --client-cert: give the certificate too")
+        return None
+    return str(args.client_cert), str(args.client_key) if args.client_key else None
 
 
 def _check_site_packages(python: str) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import shutil
+import ssl
 import subprocess
 import tempfile
 import textwrap
@@ -106,12 +107,18 @@ def unzip(archive: Path) -> dict[str, bytes]:
 JsonHandler = Callable[[str, str, Message, bytes], tuple[Any, ...]]
 
 
-def serve_json(handle: JsonHandler) -> ThreadingHTTPServer:
+def serve_json(handle: JsonHandler, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
     """A threaded HTTP server on a free local port, started; ``handle(method, path, headers,
     body)`` answers GET, POST and PUT with a status and a JSON document, and optionally a dict
-    of extra headers (``Retry-After``...). Call ``shutdown()``."""
+    of extra headers (``Retry-After``...). ``tls``: HTTPS with that server context. Call
+    ``shutdown()``."""
 
     class Handler(BaseHTTPRequestHandler):
+        def setup(self) -> None:
+            if tls is not None:  # each connection's handshake in its own thread
+                self.request.do_handshake()
+            super().setup()
+
         def do_GET(self) -> None:
             self.answer("GET")
 
@@ -137,12 +144,17 @@ def serve_json(handle: JsonHandler) -> ThreadingHTTPServer:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)  # fmt: skip
+        server.handle_error = lambda *_: None  # type: ignore[method-assign]  # a refused peer
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server
 
 
 def server_url(server: ThreadingHTTPServer) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}"
+    scheme = "https" if isinstance(server.socket, ssl.SSLSocket) else "http"
+    return f"{scheme}://127.0.0.1:{server.server_address[1]}"
 
 
 # --- the agent's upload protocol, through a test client --------------------------------------

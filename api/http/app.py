@@ -28,6 +28,7 @@ from api.http.routes import (
     secrets,
     uploads,
 )
+from api.http.strict_transport import StrictTransport
 from api.scheduling.scheduler import Scheduler
 from api.services import Services
 from projections.projector import ProjectionHalted
@@ -73,6 +74,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     install_console(app, services)  # the web console at /
     app.add_middleware(BodyLimits, limits=services.settings.limits,
                        identities=services.identities)  # fmt: skip
+    app.add_middleware(StrictTransport)  # HSTS over https
     app.add_middleware(CleanRequestText)  # before the token: a path no route could hold
     app.add_middleware(RequestMetrics, metrics=services.metrics,  # outermost: times it all
                        templates=templates)  # fmt: skip

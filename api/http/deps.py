@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from api.http.client_certificates import AGENT_CA_FLAG, client_certificate
 from api.http.problems import Problem, forbidden, revoked_token, unauthorized, views_halted
 from api.identity.identities import Caller, Identities, Revoked
 from api.identity.sessions import SESSION_COOKIE
@@ -103,8 +104,9 @@ async def current_admin(caller: CurrentCaller, user: CurrentUser) -> Caller:
 CurrentAdmin = Annotated[Caller, Depends(current_admin)]
 
 
-async def current_node(caller: CurrentCaller) -> str:
-    """The node a node token acts for; a user's token is refused (403)."""
+async def current_node(request: Request, services: ServicesDep, caller: CurrentCaller) -> str:
+    """The node a node token acts for; a user's token is refused (403), and so is a node's
+    that came without the client certificate the server requires of agents."""
     if caller.node is None:
         raise forbidden(
             "node-token-needed", "Node token needed",
@@ -112,7 +114,20 @@ async def current_node(caller: CurrentCaller) -> str:
             "`flexai admin node-token create NODE_NAME`; start the agent with it "
             "(`flexai agent --token-file FILE`, or FLEXAI_TOKEN)",
         )  # fmt: skip
+    check_agent_certificate(request.scope, services, caller.node)
     return caller.node
+
+
+def check_agent_certificate(scope: Any, services: Services, node: str) -> None:
+    """Refuse (403) an agent's request without a client certificate where the server
+    requires them (``--agent-client-ca``); the handshake already checked one presented."""
+    if services.settings.agent_client_certificates and client_certificate(scope) is None:
+        raise forbidden(
+            "client-certificate-needed", "Client certificate needed",
+            f"this server requires agents to present a client certificate signed by its "
+            f"agents' CA ({AGENT_CA_FLAG}), and node {node}'s agent presented none: start "
+            "it with `flexai agent --client-cert FILE --client-key FILE`",
+        )  # fmt: skip
 
 
 CurrentNode = Annotated[str, Depends(current_node)]

@@ -14,6 +14,7 @@ import httpx
 from cli.client.http import HttpSession
 from cli.errors import CliError
 from common.client_config import load_client_config
+from common.tls import client_context
 from common.transfer import Altered, Fetched, Refused, Unavailable, fetch
 
 TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
@@ -42,7 +43,7 @@ class ApiClient(HttpSession):
         """A client for the URL and token of ``common.client_config`` (env vars, then the
         file); with ``owner``, acting on that user's jobs (admins)."""
         config = load_client_config()
-        return cls(config.api_url, config.token, owner=owner)
+        return cls(config.api_url, config.token, owner=owner, ca_file=config.ca_file)
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -110,7 +111,9 @@ class ApiClient(HttpSession):
 
     def _fetch(self, path: str, what: str, destination: Path) -> Fetched:
         try:
-            return fetch(self._http, path, destination, what=what, patience=FETCH_PATIENCE_S)
+            secure = self.ca_file or self.api_url.startswith("https:")  # else made if needed
+            return fetch(self._http, path, destination, what=what, patience=FETCH_PATIENCE_S,
+                         tls=client_context(self.ca_file) if secure else None)  # fmt: skip
         except Refused as refused:
             raise CliError(" ".join(str(refused).split()), status=refused.status,
                            slug=refused.slug) from None  # fmt: skip

@@ -13,6 +13,8 @@ from typing import Any, Self
 import httpx
 
 from cli.errors import CliError
+from common.tls import TlsConfigError, check_url, client_context, describe_failure
+from common.tls import ca_file as tls_ca_file
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 # A followed log may stay quiet for long: a read timeout only makes the client reconnect
@@ -38,12 +40,20 @@ class HttpSession:
         *,
         timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
         owner: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.api_url = api_url.rstrip("/")
         self.owner = owner
         """Whose jobs the job routes act on (an admin's ``--owner``); None: the caller's."""
+        self.ca_file = tls_ca_file(ca_file)
+        try:
+            check_url(self.api_url)  # before any connection: no token in clear text elsewhere
+            verify = client_context(self.ca_file) if self.api_url.startswith("https:") else True
+        except TlsConfigError as refused:
+            raise CliError(str(refused)) from None
         self._http = httpx.Client(
             base_url=self.api_url,
+            verify=verify,
             headers={
                 "Authorization": f"Bearer {token}",
                 "Accept": "application/json",
@@ -164,6 +174,9 @@ class HttpSession:
             raise self._transport_error(error) from error
 
     def _transport_error(self, error: httpx.TransportError) -> CliError:
+        untrusted = describe_failure(error, self.api_url, self.ca_file)
+        if untrusted is not None:
+            return CliError(untrusted)
         if isinstance(error, httpx.ConnectError):
             return CliError(
                 f"cannot reach the control plane at {self.api_url}: is `flexai server` "

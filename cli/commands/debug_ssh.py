@@ -70,7 +70,8 @@ def execute(args: argparse.Namespace) -> int:
         if args.proxy_session:
             from cli.sshproxy import run_proxy
 
-            return run_proxy(*client.debug_stream_target(args.name, args.proxy_session))
+            return run_proxy(*client.debug_stream_target(args.name, args.proxy_session),
+                             client.ca_file)  # fmt: skip
         command: list[str] = list(getattr(args, "remote_command", None) or [])
         if command and args.no_command:
             raise UsageError("-N runs no command: give it, or a command after `--`, not both",

@@ -5,6 +5,11 @@ The token is checked (`GET /v1/whoami`) before anything is written; the client c
 (mode 0600). On a terminal it prompts (the token is not echoed); otherwise give --url and the
 token on standard input with --token-stdin, e.g. `flexai login --url URL --token-stdin <
 alice.token`. An admin makes tokens: `flexai admin user create NAME`.
+
+A server whose certificate is signed by a private CA: give that CA's certificate (PEM) with
+--ca-file; it is checked now and kept in the config for every later command. http:// is taken
+for this host's own loopback only (else --allow-http: the token then crosses the network in
+clear text).
 """
 
 from __future__ import annotations
@@ -14,7 +19,11 @@ import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", metavar="URL", help="the control plane's URL, e.g. http://host:8000")
+    parser.add_argument("--url", metavar="URL",
+                        help="the control plane's URL, e.g. https://cp.internal:8000")
+    parser.add_argument("--ca-file", metavar="FILE",
+                        help="a private CA's certificate (PEM) to verify the server with, "
+                             "besides the system's CAs; kept in the config")
     parser.add_argument("--token-stdin", action="store_true",
                         help="read the token from standard input, not from a prompt")  # fmt: skip
 
@@ -29,10 +38,10 @@ def execute(args: argparse.Namespace) -> int:
 
     path = config_path()
     try:
-        current = read_client_file(path).get("api_url")
+        stored = read_client_file(path)
     except ConfigError:
-        current = None  # a broken file is replaced
-    current = os.environ.get("FLEXAI_API_URL") or current
+        stored = {}  # a broken file is replaced
+    current = os.environ.get("FLEXAI_API_URL") or stored.get("api_url")
     interactive = sys.stdin.isatty() and not args.token_stdin
     url = args.url
     if url is None and interactive:
@@ -49,15 +58,33 @@ def execute(args: argparse.Namespace) -> int:
     if not token:
         raise CliError("no API token given: paste it at the prompt, or pipe it to "
                        "`flexai login --token-stdin`")  # fmt: skip
-    with ApiClient(url, token) as client:
+    url = url.rstrip("/")
+    ca_file = _ca_file(args.ca_file, stored if url == stored.get("api_url") else {})
+    with ApiClient(url, token, ca_file=ca_file) as client:
         me = client.whoami()
     if me.get("kind") != "user":
         raise CliError(f"this is node {me.get('node')}'s token: it is for its agent "
                        "(`flexai agent --token-file`), not for logging in; use a user's token")
     from common.client_config import write_client_config
 
-    written = write_client_config(ClientConfig(url.rstrip("/"), token), path)
+    written = write_client_config(ClientConfig(url, token, ca_file), path)
     role = " (admin)" if me.get("admin") else ""
-    print(f"logged in to {url.rstrip('/')} as {me.get('user')}{role}; the token is kept in "
+    print(f"logged in to {url} as {me.get('user')}{role}; the token is kept in "
           f"{written} (readable by you alone)")  # fmt: skip
     return 0
+
+
+def _ca_file(given: str | None, stored: dict[str, str]) -> str | None:
+    """The CA to keep: the one given (absolute: later commands run elsewhere), else the one
+    kept for this same URL."""
+    from pathlib import Path
+
+    from cli.errors import CliError
+
+    if given is None:
+        return stored.get("ca_file")
+    path = Path(given).expanduser()
+    if not path.is_file():
+        raise CliError(f"--ca-file {given}: no such file; give the PEM certificate of the CA "
+                       "that signed the server's certificate")  # fmt: skip
+    return str(path.resolve())

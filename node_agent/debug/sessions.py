@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,11 +146,14 @@ class JobSSHServer(asyncssh.SSHServer):
 
 
 async def serve_session(
-    offer: Offer, shell: JobShell | None, url: str, headers: dict[str, str]
-) -> None:
-    """Take one session: the WebSocket, the host key, then SSH until one side ends it."""
+    offer: Offer, shell: JobShell | None, url: str, headers: dict[str, str],
+    tls: ssl.SSLContext | None = None,
+) -> None:  # fmt: skip
+    """Take one session: the WebSocket (``wss://`` verified with ``tls``), the host key, then
+    SSH until one side ends it."""
     async with connect(url, additional_headers=headers, max_size=None, compression=None,
-                       open_timeout=15) as websocket:  # fmt: skip
+                       open_timeout=15, ssl=tls if url.startswith("wss:") else None,
+                       ) as websocket:  # fmt: skip
         if shell is None:
             await websocket.send(json.dumps({"refused": "the job is not running on this node"}))
             return
@@ -299,7 +303,7 @@ class DebugSessions:
         path = f"/v1/agent/debug-sessions/{offer.id}"
         url, headers = self.client.websocket_target(path)
         try:
-            await serve_session(offer, await self._shell(offer), url, headers)
+            await serve_session(offer, await self._shell(offer), url, headers, self.client.tls)
         except Exception as error:  # one session's failure is its own
             log.warning("debug session %s: %s", offer.id, error or type(error).__name__)
 

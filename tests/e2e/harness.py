@@ -30,7 +30,18 @@ ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = {"rejected", "succeeded", "failed", "stopped", "stop failed"}
 TLS = ssl.create_default_context()
 """Given to each one-off request (``verify``): httpx would otherwise build a context of its
-own each time (about 25 ms of CPU), for every poll of ``wait_for``. The cluster speaks HTTP."""
+own each time (about 25 ms of CPU), for every poll of ``wait_for``. A cluster speaks HTTP
+unless it is given a certificate (then its ``verify`` trusts its CA)."""
+
+
+@dataclass(frozen=True)
+class ServerCertificate:
+    """The server's certificate and key (``--tls-cert``, ``--tls-key``) and the CA that signed
+    it, which the CLI (``FLEXAI_CA_FILE``) and the agent (``--ca-file``) are given."""
+
+    cert: Path
+    key: Path
+    ca: Path
 
 
 def free_port() -> int:
@@ -52,6 +63,8 @@ class Cluster:
     """Each part's command line (``server``, ``agent``, ``agent-<name>``), to start it again."""
     parts: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    verify: ssl.SSLContext = TLS
+    """How the tests' own requests verify the server (over https: its CA)."""
 
     def flexai(self, *args: str, check: bool = True, timeout: float = 120,
                cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -68,8 +81,8 @@ class Cluster:
 
     def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.request(method, self.api_url + path, headers=headers, timeout=30, verify=TLS,
-                             **kwargs)  # fmt: skip
+        return httpx.request(method, self.api_url + path, headers=headers, timeout=30,
+                             verify=self.verify, **kwargs)  # fmt: skip
 
     def inspect(self, name: str) -> dict[str, Any]:
         response = self.api("GET", f"/v1/jobs/{name}")
@@ -113,7 +126,7 @@ class Cluster:
 
     def _healthy(self) -> bool:
         try:
-            return httpx.get(self.api_url + "/health", verify=TLS).status_code == 200
+            return httpx.get(self.api_url + "/health", verify=self.verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -197,9 +210,11 @@ def start_server(
     scheduling_patience: float = 5,
     server_flags: tuple[str, ...] = (),
     server_env: dict[str, str] | None = None,
+    tls: ServerCertificate | None = None,
 ) -> Cluster:
     """A server alone, ready, with the admin token of the client config it wrote
-    (``server_env``: what the server's environment holds besides, e.g. AWS credentials)."""
+    (``server_env``: what the server's environment holds besides, e.g. AWS credentials;
+    ``tls``: it serves HTTPS, and the CLI trusts the CA)."""
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {
@@ -220,6 +235,11 @@ def start_server(
                    "--scheduling-patience", f"{scheduling_patience:g}"]  # fmt: skip
     if database_url:
         server_args += ["--database-url", database_url]
+    if tls is not None:
+        server_args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)]
+        cluster.api_url = f"https://127.0.0.1:{port}"
+        cluster.verify = ssl.create_default_context(cafile=str(tls.ca))
+        env["FLEXAI_CA_FILE"] = str(tls.ca)
     server_args += server_flags
     _start(cluster, "server", server_args, {**env, **(server_env or {})})
     config = root / "config.json"
@@ -228,7 +248,7 @@ def start_server(
         try:
             if not config.exists():
                 return False
-            return httpx.get(cluster.api_url + "/health", verify=TLS).status_code == 200
+            return httpx.get(cluster.api_url + "/health", verify=cluster.verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -248,12 +268,15 @@ def start_cluster(
     agent_flags: tuple[str, ...] = (),
     server_flags: tuple[str, ...] = (),
     server_env: dict[str, str] | None = None,
+    tls: ServerCertificate | None = None,
 ) -> Cluster:
     """A server, then an agent whose jobs run as ``job_user`` (default: the tests' own user,
     as pytest's temporary directories are that user's alone; ``""``: each as an id of its own,
     as the README deploys it). The agent's node token (an admin made it) is in a file, or in
-    ``FLEXAI_TOKEN`` with ``token_in_environment``."""
-    cluster = start_server(root, database_url, server_flags=server_flags, server_env=server_env)
+    ``FLEXAI_TOKEN`` with ``token_in_environment``. With ``tls``, the agent is given the CA
+    with ``--ca-file`` alone (no environment variable, no client config)."""
+    cluster = start_server(root, database_url, server_flags=server_flags, server_env=server_env,
+                           tls=tls)  # fmt: skip
     env = cluster.env
     agent_args = ["agent", "--server", cluster.api_url, "--accels", str(accels),
                   "--name", "test-node", "--work-dir", str(root / "agent")]  # fmt: skip
@@ -263,6 +286,10 @@ def start_cluster(
         agent_args += ["--job-python", job_python]
     agent_args += agent_flags
     agent_env = env
+    if tls is not None:
+        agent_args += ["--ca-file", str(tls.ca)]
+        agent_env = {**env, "FLEXAI_CONFIG": str(root / "agent-has-no-config.json")}
+        agent_env.pop("FLEXAI_CA_FILE")
     if token_in_environment:
         agent_env = {**env, "FLEXAI_TOKEN": cluster.node_token("test-node")}
     else:

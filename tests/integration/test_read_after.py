@@ -66,8 +66,8 @@ def test_the_cli_client_reads_after_its_own_writes() -> None:
             return httpx.Response(201, json={"name": "x"}, headers={"X-Flexai-Position": "41"})
         return httpx.Response(200, json={"jobs": [], "count": 0, "next_cursor": None})
 
-    client = ApiClient("http://control-plane", "token")
-    client._http = httpx.Client(base_url="http://control-plane", transport=httpx.MockTransport(
+    client = ApiClient("http://127.0.0.1:9", "token")
+    client._http = httpx.Client(base_url="http://127.0.0.1:9", transport=httpx.MockTransport(
         handler), event_hooks=client._http.event_hooks)  # fmt: skip
     client.list_jobs()
     client._json("POST", "/v1/jobs", json={})

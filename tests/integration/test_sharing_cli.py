@@ -33,7 +33,7 @@ def use(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> I
 
         def as_caller(who: str) -> None:
             def from_config(cls: type[ApiClient], owner: str | None = None) -> ApiClient:
-                client = ApiClient("http://testserver", tokens[who], owner=owner)
+                client = ApiClient("http://localhost", tokens[who], owner=owner)
                 client._http = TestClient(app, headers={"Authorization": f"Bearer {tokens[who]}"})
                 return client
 

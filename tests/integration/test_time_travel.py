@@ -99,7 +99,7 @@ def api(
 
         def cli(*argv: str, token: str | None = None) -> tuple[int, str, str]:
             def from_config(_: type[ApiClient], owner: str | None = None) -> ApiClient:
-                made = ApiClient("http://testserver", token or ready.token, owner=owner)
+                made = ApiClient("http://localhost", token or ready.token, owner=owner)
                 hooks = made._http.event_hooks  # the position and the admin's owner
                 made._http.close()
                 made._http = TestClient(app, headers={"Authorization": f"Bearer "

@@ -483,7 +483,7 @@ def test_two_agents_cannot_share_a_work_directory(
     tmp_path.mkdir(exist_ok=True)
     with (tmp_path / "agent.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        argv = ["--server", "http://x", "--token-file", token_file(tmp_path), "--accels", "1"]
+        argv = ["--server", "http://[::1]:9", "--token-file", token_file(tmp_path), "--accels", "1"]
         code = main([*argv, "--work-dir", str(tmp_path)])
     assert code == 1
     assert "another agent is running with the work directory" in capsys.readouterr().err
@@ -502,7 +502,8 @@ def test_a_host_without_gpus_needs_accels(
     (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
     monkeypatch.setenv("PATH", str(bin_dir))
     token = token_file(tmp_path)
-    assert main(["--server", "http://x", "--token-file", token, "--work-dir", str(tmp_path)]) == 1
+    argv = ["--server", "http://[::1]:9", "--token-file", token, "--work-dir", str(tmp_path)]
+    assert main(argv) == 1
     assert capsys.readouterr().err == (
         "flexai agent: error: no GPU found on this host; pass --accels N (the job slots to offer)\n"
     )
@@ -523,7 +524,7 @@ def test_a_token_file_other_users_can_read_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = token_file(tmp_path, mode=0o644)
-    argv = ["--server", "http://x", "--token-file", path, "--accels", "1"]
+    argv = ["--server", "http://[::1]:9", "--token-file", path, "--accels", "1"]
     assert main([*argv, "--work-dir", str(tmp_path / "agent")]) == 1
     assert capsys.readouterr().err == (
         f"flexai agent: error: other users can read or change the token file {path} "

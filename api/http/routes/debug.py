@@ -43,6 +43,7 @@ from api.http.deps import (
     LedgerWritable,
     ServicesDep,
     bearer_token,
+    check_agent_certificate,
     resolve_caller,
     tell_position,
 )
@@ -234,6 +235,7 @@ async def debug_agent_stream(
         session = services.debug_sessions.get(session_id)
         if session is None or caller.node is None or session.state != WAITING:
             raise _not_found(session_id)
+        check_agent_certificate(websocket.scope, services, caller.node)
         await run_in_threadpool(_require_holder, services, session.node_id, agent_id or "",
                                 caller.node)  # fmt: skip
     except Problem as problem:
