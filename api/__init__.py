@@ -1,4 +1,4 @@
 """The control plane server (`flexai server`): its settings, the composition root that builds
 every part (:mod:`api.services`), and its rooms by concern: http, identity, ledger,
 scheduling, artifacts and debug.
-Imports: common, domain, projections."""
+Imports: common, domain, ledger, projections."""

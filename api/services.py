@@ -26,7 +26,7 @@ from api.scheduling.nodes import OperationalState
 from api.scheduling.waits import Waits
 from api.settings import Settings
 from domain.application import TrainingJobs
-from projections.db import (
+from ledger.database import (
     LEDGER_CHANNEL,
     TOKENS_CHANNEL,
     Database,
@@ -34,11 +34,11 @@ from projections.db import (
     PostgresDatabase,
     open_database,
 )
-from projections.group_commit import PostgresGroupCommit
+from ledger.group_commit import PostgresGroupCommit
+from ledger.schema import schema_lock
 from projections.projector import Projector
 from projections.queries import Queries
 from projections.rebuild import Rebuilder
-from projections.schema import schema_lock
 
 LEDGER_POLL_S = 1.0
 """On PostgreSQL, how often the views read the ledger when no notification came (a net)."""

@@ -128,7 +128,7 @@ class Settings(BaseModel):
         if url.startswith("sqlite:///"):
             return {
                 "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-                "APPLICATION_RECORDER_TOPIC": "projections.chain:ChainedSQLiteRecorder",
+                "APPLICATION_RECORDER_TOPIC": "ledger.chain:ChainedSQLiteRecorder",
                 "SQLITE_DBNAME": url.removeprefix("sqlite:///"),
                 "SQLITE_LOCK_TIMEOUT": "30",
             }
@@ -139,8 +139,8 @@ class Settings(BaseModel):
                 "or leave --database-url out for the embedded SQLite file"
             )
         return {
-            "PERSISTENCE_MODULE": "projections.db:PostgresEventStore",
-            "APPLICATION_RECORDER_TOPIC": "projections.chain:ChainedPostgresRecorder",
+            "PERSISTENCE_MODULE": "ledger.database:PostgresEventStore",
+            "APPLICATION_RECORDER_TOPIC": "ledger.chain:ChainedPostgresRecorder",
             "POSTGRES_DBNAME": parsed.path.lstrip("/") or "postgres",
             "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
             "POSTGRES_PORT": str(parsed.port or 5432),

@@ -300,7 +300,7 @@ def bench_store(store: Store, job_count: int, repeats: int, table: Table) -> Non
               rate(write.ledger_events, project_s),
               rate(write.ledger_events, project_baseline_s), project_s / project_baseline_s)
     select1 = micros(read["select1"])
-    table.add("read: SELECT 1 via projections.db", micros(read["wrapped"]), select1,
+    table.add("read: SELECT 1 via ledger.database", micros(read["wrapped"]), select1,
               read["wrapped"] / read["select1"])
     table.add(f"read: list_jobs ({int(read['rows_listed'])} rows)", micros(read["list"]),
               select1, read["list"] / read["select1"])

@@ -37,7 +37,7 @@ from views import serve_and_measure as views_calls  # noqa: E402
 
 from api.settings import Settings  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from projections.db import open_database  # noqa: E402
+from ledger.database import open_database  # noqa: E402
 from projections.seed import job_name, seed_jobs  # noqa: E402
 
 TARGET_RATIO = 1.5

@@ -44,7 +44,7 @@ for entry in (ROOT, HERE):
 from api.settings import Settings  # noqa: E402
 from domain.actors import user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from projections.db import open_database  # noqa: E402
+from ledger.database import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.rebuild import Rebuilder  # noqa: E402
 from projections.views import SCHEMA, VIEW_TABLES  # noqa: E402

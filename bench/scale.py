@@ -65,15 +65,15 @@ from slurm import SlurmUnavailable, sbatch_rate  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from domain.actors import user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
-from projections.db import (  # noqa: E402
+from ledger.database import (  # noqa: E402
     LEDGER_CHANNEL,
     LedgerListener,
     PostgresDatabase,
     open_database,
 )
-from projections.group_commit import PostgresGroupCommit  # noqa: E402
+from ledger.group_commit import PostgresGroupCommit  # noqa: E402
+from ledger.schema import schema_lock  # noqa: E402
 from projections.projector import Projector  # noqa: E402
-from projections.schema import schema_lock  # noqa: E402
 
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
         "accels": 1, "nodes": 1}  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 from logpath import timed
 
 from api.settings import Settings
-from projections.db import open_database
+from ledger.database import open_database
 from projections.views import VIEW_TABLES as VIEWS
 
 VIEW_TABLES = ("projection_tracking", "view_schema", *VIEWS)

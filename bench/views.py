@@ -51,7 +51,7 @@ from domain.actors import scheduler, user  # noqa: E402
 from domain.application import TrainingJobs  # noqa: E402
 from domain.job import TrainingJob  # noqa: E402
 from domain.job_name import JobName  # noqa: E402
-from projections.db import open_database  # noqa: E402
+from ledger.database import open_database  # noqa: E402
 from projections.projector import Projector  # noqa: E402
 from projections.seed_shapes import SPEC  # noqa: E402
 

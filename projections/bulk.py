@@ -30,7 +30,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from domain.job_attempts import is_job_event
-from projections.db import Cursor
+from ledger.database import Cursor
 from projections.views import (
     JOB_DETAILS_COLUMNS,
     JOB_LIST_COLUMNS,

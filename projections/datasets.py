@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from projections.db import Cursor
+from ledger.database import Cursor
 
 DATASET_SCHEMA = [
     """CREATE TABLE IF NOT EXISTS datasets (

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from domain.events import event_name
 from domain.job_attempts import is_job_event
-from projections.db import Cursor
+from ledger.database import Cursor
 from projections.views import (
     JOB_DETAILS_COLUMNS,
     JOB_LIST_COLUMNS,

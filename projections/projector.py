@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from eventsourcing.application import Application
 
-from projections.db import Cursor, Database, is_unavailable
+from ledger.database import Cursor, Database, is_unavailable
 from projections.live_fold import apply_batch
 from projections.views import VIEW_TABLES, VIEWS_VERSION, apply_event, create_tables
 
@@ -50,7 +50,7 @@ by another replica sharing them (each event once per process, in ledger order)."
 
 
 class Notifications(Protocol):
-    """Tells of commits to the ledger (see :class:`projections.db.LedgerListener`)."""
+    """Tells of commits to the ledger (see :class:`ledger.database.LedgerListener`)."""
 
     told: int | None
     """The last ledger position the notifications taken by the last ``wait`` named; None when

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from domain.statuses import ON_A_NODE, Status
-from projections.db import Database, Row
+from ledger.database import Database, Row
 
 DATASET_COLUMNS = "name, version, content_hash, size, files, created_at, pushed_at, pushed_by"
 SUMMARY_COLUMNS = (

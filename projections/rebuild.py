@@ -30,8 +30,8 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from eventsourcing.application import Application
 
+from ledger.database import Cursor, Database, PostgresDatabase, SQLiteDatabase
 from projections.bulk import BulkFold, Sink, collector_paused, ledger_events
-from projections.db import Cursor, Database, PostgresDatabase, SQLiteDatabase
 from projections.projector import Projector
 from projections.views import SCHEMA, VIEW_TABLES
 

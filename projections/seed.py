@@ -8,7 +8,7 @@ thing before anything is written.
 
 Rows go in big batches, one transaction each (PostgreSQL: ``COPY``; SQLite: ``executemany``;
 see :mod:`projections.seed_writes`), holding the ledger's write lock as the recorders do: the
-events, their chain rows (:mod:`projections.chain`: each event's hash, the running digest), and
+events, their chain rows (:mod:`ledger.chain`: each event's hash, the running digest), and
 the views' rows with their tracking position, so that views and ledger move together. The views
 must have caught up with the ledger first (the seeder catches them up), and no server should be
 writing meanwhile. The next batch is made while one is written: on SQLite in a process of its
@@ -37,9 +37,9 @@ from eventsourcing.application import Application
 
 from domain.ids import time_ordered_id
 from domain.job_name import JobName
-from projections.chain import _DOMAIN as _CHAIN_DOMAIN
-from projections.chain import ledger_digest
-from projections.db import Database, SQLiteDatabase
+from ledger.chain import _DOMAIN as _CHAIN_DOMAIN
+from ledger.chain import ledger_digest
+from ledger.database import Database, SQLiteDatabase
 from projections.projector import Projector
 from projections.seed_shapes import Shape, check_job, make_shape
 from projections.seed_writes import VIEWS, Batch, open_writer
@@ -160,7 +160,7 @@ def _check_first(app: Application[Any], plan: _Plan, batch: Batch) -> None:
 def _add(plan: _Plan, batch: Batch, shape: Shape, job: _Job, position: int,
          digest: str) -> str:  # fmt: skip
     """The job's events from ``position`` on; the ledger's digest after them. Each event's hash
-    is :func:`projections.chain.event_hash`'s, its parts joined for one call to SHA-256, those
+    is :func:`ledger.chain.event_hash`'s, its parts joined for one call to SHA-256, those
     that are the same for every job (version, topic) joined once (``check_job`` compares)."""
     values = job.values
     texts = shape.text.fill(values)

@@ -25,8 +25,8 @@ from eventsourcing.persistence import Mapper, StoredEvent
 from domain.actors import scheduler, user
 from domain.job import TrainingJob
 from domain.job_name import JobName
-from projections.chain import GENESIS, event_hash
-from projections.db import SQLiteDatabase
+from ledger.chain import GENESIS, event_hash
+from ledger.database import SQLiteDatabase
 from projections.seed_writes import Batch
 from projections.views import fold_job_event, job_rows
 

@@ -14,8 +14,8 @@ import psycopg
 from eventsourcing.application import Application
 from psycopg.sql import SQL, Identifier
 
-from projections.chain import GENESIS, chain_table
-from projections.db import SQLITE_BUSY_S, Database, PostgresDatabase, SQLiteDatabase
+from ledger.chain import GENESIS, chain_table
+from ledger.database import SQLITE_BUSY_S, Database, PostgresDatabase, SQLiteDatabase
 from projections.views import JOB_DETAILS_COLUMNS, JOB_LIST_COLUMNS
 
 VIEWS = "views"

@@ -12,9 +12,10 @@ from domain.job_attempts import JOB_EVENT_PREFIXES
 from domain.lifecycle import EVENT_STATUS
 from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
+from ledger.database import Cursor
+from ledger.schema import create_schema
 from projections.attempts import ATTEMPT_FOLDERS, close_attempt, open_attempt
 from projections.datasets import DATASET_SCHEMA, apply_dataset_event
-from projections.db import Cursor
 from projections.debug_sessions import (
     DEBUG_SESSION_EVENTS,
     DEBUG_SESSION_SCHEMA,
@@ -22,7 +23,6 @@ from projections.debug_sessions import (
 )
 from projections.documents import dump_json
 from projections.endings import exited, failed, stop_failed, stop_requested, stopped
-from projections.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS projection_tracking (

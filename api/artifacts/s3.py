@@ -40,7 +40,7 @@ from api.artifacts.store import (
     job_prefix,
     part_size_for,
 )
-from projections.db import Database
+from ledger.database import Database
 
 log = logging.getLogger(__name__)
 

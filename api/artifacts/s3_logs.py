@@ -47,8 +47,8 @@ from api.artifacts.store import (
     attempts_prefix,
     job_prefix,
 )
-from projections.db import Cursor, Database
-from projections.schema import create_schema
+from ledger.database import Cursor, Database
+from ledger.schema import create_schema
 
 log = logging.getLogger(__name__)
 

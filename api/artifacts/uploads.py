@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from api.artifacts.store import StartedUpload
-from projections.db import Cursor, Database, Row
-from projections.schema import create_schema
+from ledger.database import Cursor, Database, Row
+from ledger.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS artifact_uploads (

@@ -30,7 +30,7 @@ from uuid import uuid4
 
 import psycopg
 
-from projections.pool import DatabaseUnavailable, connection_lost
+from ledger.pool import DatabaseUnavailable, connection_lost
 
 INSTANCE_ID = re.compile(r"[0-9a-f]{32}")
 """What instance ids look like; a relay named otherwise is no server of ours (never alive)."""

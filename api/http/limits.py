@@ -25,7 +25,7 @@ from api.http.problems import (
 )
 from api.identity.identities import Identities
 from api.settings import Limits
-from projections.db import is_unavailable
+from ledger.database import is_unavailable
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from domain.errors import (
 )
 from domain.outcomes import JobNotFound
 from domain.reports import WrongNode
-from projections.db import is_unavailable
+from ledger.database import is_unavailable
 from projections.projector import ProjectionHalted, ProjectionTimeout
 
 log = logging.getLogger(__name__)
@@ -394,7 +394,7 @@ def _database_errors() -> list[type[Exception]]:
     import psycopg
     from eventsourcing import persistence
 
-    from projections.db import DatabaseUnavailable
+    from ledger.database import DatabaseUnavailable
 
     return [
         DatabaseUnavailable, sqlite3.OperationalError, psycopg.OperationalError,

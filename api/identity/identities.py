@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from projections.db import Cursor, Database
-from projections.schema import create_schema
+from ledger.database import Cursor, Database
+from ledger.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS users (

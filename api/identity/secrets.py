@@ -25,7 +25,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from projections.db import Database
+from ledger.database import Database
 
 KEY_VARIABLE = "FLEXAI_SECRET_KEY"
 KEY_FILE = "secrets.key"

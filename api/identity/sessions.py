@@ -16,8 +16,8 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 from api.identity.identities import Caller
-from projections.db import Database
-from projections.schema import create_schema
+from ledger.database import Database
+from ledger.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS console_sessions (

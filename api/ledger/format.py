@@ -24,7 +24,7 @@ from pathlib import Path
 
 from eventsourcing.application import Application
 
-from projections.db import Database
+from ledger.database import Database
 
 CIPHER_TOPIC = "eventsourcing.cryptography:AESCipher"
 COMPRESSOR_TOPIC = "eventsourcing.compressor:ZlibCompressor"

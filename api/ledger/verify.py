@@ -14,7 +14,7 @@ from api.ledger.artifact_check import Artifact, Depth, ledger_artifacts, problem
 from api.services import Services
 from domain.job import TrainingJob
 from domain.topics import JOB_EVENT_TOPICS
-from projections.chain import RawEvent, chain_rows, is_chained, raw_events, verify_chain
+from ledger.chain import RawEvent, chain_rows, is_chained, raw_events, verify_chain
 
 LATEST = 2**62
 """A version past any job's: folds from the stored events, never from the aggregate cache."""

@@ -23,7 +23,7 @@ from typing import IO, Any, Protocol
 
 import psycopg
 
-from projections.pool import connection_lost
+from ledger.pool import connection_lost
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from projections.db import Cursor, Database
-from projections.schema import create_schema
+from ledger.database import Cursor, Database
+from ledger.schema import create_schema
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS node_heartbeats (

@@ -41,7 +41,7 @@ from api.services import Services
 from domain.policy import Preempt, plan
 from domain.scheduling import Assign, NodeCapacity, Reject, choose_node
 from domain.statuses import Status
-from projections.db import is_unavailable
+from ledger.database import is_unavailable
 
 log = logging.getLogger(__name__)
 DEADLINES_EVERY_S = 1.0

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from projections.db import Database
+from ledger.database import Database
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS job_waits (
     job_id TEXT PRIMARY KEY, reason TEXT NOT NULL, detail TEXT NOT NULL,

@@ -18,7 +18,7 @@ from api.artifacts.local import LocalArtifactStore
 from api.artifacts.s3 import S3ArtifactStore
 from api.artifacts.s3_location import S3Location
 from api.artifacts.store import ArtifactStore, Part, StartedUpload
-from projections.db import open_database
+from ledger.database import open_database
 from tests.pg import fresh_database
 from tests.s3 import REGION, SeaweedFS
 

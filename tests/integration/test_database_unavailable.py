@@ -27,8 +27,8 @@ from api.settings import Settings
 from domain.actors import user
 from domain.application import TrainingJobs
 from domain.errors import NameTaken
-from projections.db import DEFAULT_WAIT_S, open_database
-from projections.pool import RETRY_MAX_S, DatabaseUnavailable
+from ledger.database import DEFAULT_WAIT_S, open_database
+from ledger.pool import RETRY_MAX_S, DatabaseUnavailable
 from tests.integration.conftest import job_spec
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import node_headers

@@ -21,7 +21,7 @@ from domain.application import TrainingJobs
 from domain.errors import DomainError, NameTaken
 from domain.events import event_name
 from domain.job_name import JobName
-from projections.chain import chain_rows, raw_events, verify_chain
+from ledger.chain import chain_rows, raw_events, verify_chain
 from tests.integration.conftest import Lifecycle, job_spec
 
 ALICE = user(Lifecycle.owner)

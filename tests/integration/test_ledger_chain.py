@@ -15,7 +15,7 @@ import pytest
 
 from api.settings import Settings
 from domain.application import TrainingJobs
-from projections.chain import GENESIS, ChainRow, RawEvent, event_hash, ledger_digest, verify_chain
+from ledger.chain import GENESIS, ChainRow, RawEvent, event_hash, ledger_digest, verify_chain
 from tests.integration import test_time_travel
 from tests.integration.test_time_travel import Api
 
@@ -192,7 +192,7 @@ def test_events_written_before_the_chain_are_left_out_and_said(tmp_path: Any) ->
     new = TrainingJobs(env=Settings(data_dir=tmp_path).event_store_env())
     job = new.submit("alice", "after", spec, by={"kind": "user", "id": "alice"})
     new.begin_scheduling(job.job_id)
-    from projections.chain import chain_rows, raw_events
+    from ledger.chain import chain_rows, raw_events
 
     report = verify_chain(raw_events(new.recorder), chain_rows(new.recorder))
     new.close()

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from domain.actors import user
-from projections.db import Database, LedgerListener, PostgresDatabase, open_database
+from ledger.database import Database, LedgerListener, PostgresDatabase, open_database
 from projections.projector import Projector
 from projections.queries import Queries
 from tests.integration.conftest import Lifecycle, job_spec

@@ -11,7 +11,7 @@ import pytest
 from domain.actors import user
 from domain.application import TrainingJobs
 from domain.ids import checkpoint_id
-from projections.db import Database, open_database
+from ledger.database import Database, open_database
 from projections.projector import BATCH, Projector
 from projections.queries import Queries
 

@@ -19,7 +19,7 @@ from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
-from projections.db import LedgerListener, dedicated_connection
+from ledger.database import LedgerListener, dedicated_connection
 from tests.integration.conftest import job_spec
 from tests.support import wait_until
 

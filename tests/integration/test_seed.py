@@ -128,7 +128,7 @@ SEEDING = """
 import sys
 from api.settings import Settings
 from domain.application import TrainingJobs
-from projections.db import open_database
+from ledger.database import open_database
 from projections.seed import seed_jobs
 
 def seed():

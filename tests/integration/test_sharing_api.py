@@ -16,7 +16,7 @@ from api.http.app import create_app
 from api.identity.identities import Identities, ensure_admin_token
 from api.services import Services, build_services
 from api.settings import Settings
-from projections.db import open_database
+from ledger.database import open_database
 from tests.integration.test_api_problems import SPEC, assert_problem
 from tests.support import user_headers
 

@@ -1,5 +1,5 @@
 """One SQLite file's writers in one process (the views' transactions and the ledger's group
-commits) queue on one lock of this process (:func:`projections.db.sqlite_write_lock`), not in
+commits) queue on one lock of this process (:func:`ledger.database.sqlite_write_lock`), not in
 SQLite's busy timeout, which sleeps up to 100 ms between tries while the file is locked.
 
 SQLite only: PostgreSQL has no file lock to wait for (its own lock queue wakes the next writer).
@@ -18,8 +18,8 @@ import pytest
 from api.settings import Settings
 from domain.actors import user
 from domain.application import TrainingJobs
-from projections import db
-from projections.db import SQLiteDatabase, sqlite_write_lock
+from ledger import database as db
+from ledger.database import SQLiteDatabase, sqlite_write_lock
 from tests.integration.conftest import job_spec
 from tests.support import wait_until
 

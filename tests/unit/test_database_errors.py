@@ -9,8 +9,8 @@ import psycopg_pool
 import pytest
 from eventsourcing import persistence
 
-from projections.db import is_unavailable
-from projections.pool import DatabaseUnavailable
+from ledger.database import is_unavailable
+from ledger.pool import DatabaseUnavailable
 
 
 def raised_from(error: BaseException, cause: BaseException) -> BaseException:

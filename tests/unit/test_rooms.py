@@ -1,6 +1,7 @@
 """The rooms and what may import what, checked by reading the sources (never importing them).
 
-The top-level packages stack as ``common`` < ``domain`` < ``projections`` < ``api``, with
+The top-level packages stack as ``common`` < ``domain`` < ``projections`` < ``api``, with the
+``ledger`` (where events are stored) under ``projections`` and ``api`` beside ``domain``, and
 ``node_agent`` and ``cli`` beside ``api`` on ``common`` alone: none of ``cli``, ``api`` and
 ``node_agent`` imports another. Inside them each package says in its docstring what of ours
 it may import (``Imports: ...``) beside its own modules, and no module of it imports more.
@@ -16,12 +17,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TOPS = ("common", "domain", "projections", "api", "node_agent", "cli")
+TOPS = ("common", "domain", "ledger", "projections", "api", "node_agent", "cli")
 BELOW = {
     "common": set(),
     "domain": set(),
-    "projections": {"common", "domain"},
-    "api": {"common", "domain", "projections"},
+    "ledger": set(),
+    "projections": {"common", "domain", "ledger"},
+    "api": {"common", "domain", "ledger", "projections"},
     "node_agent": {"common"},
     "cli": {"common"},
 }

@@ -20,7 +20,7 @@ from api.identity.secrets import (
     SecretUnreadable,
     load_key,
 )
-from projections.db import SQLiteDatabase
+from ledger.database import SQLiteDatabase
 
 VALUE = "hf_correct-horse-battery-staple"
 

@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector
 
 from api.http.deps import ServicesDep
 from api.services import Services
-from projections.db import is_unavailable
+from ledger.database import is_unavailable
 
 router = APIRouter(tags=["health"])
 

@@ -24,7 +24,7 @@ from eventsourcing import persistence, postgres
 from eventsourcing.utils import Environment, EnvType
 from psycopg.rows import dict_row
 
-from projections.pool import RECONNECT_S, DatabaseUnavailable, FailFastPool
+from ledger.pool import RECONNECT_S, DatabaseUnavailable, FailFastPool
 
 Row = dict[str, Any]
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from projections.db import SCHEMA_LOCK_KEY, Cursor, Database, PostgresDatabase, SQLiteDatabase
+from ledger.database import SCHEMA_LOCK_KEY, Cursor, Database, PostgresDatabase, SQLiteDatabase
 
 _INDEX = re.compile(r"\s*CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", re.IGNORECASE)
 

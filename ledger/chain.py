@@ -32,7 +32,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from psycopg.sql import SQL, Identifier
 
-from projections.group_commit import PostgresGroupCommit, SQLiteGroupCommit
+from ledger.group_commit import PostgresGroupCommit, SQLiteGroupCommit
 
 GENESIS = ""
 _DOMAIN = b"flexai-ledger-chain-v1"
@@ -87,7 +87,7 @@ def _chain_rows(
 
 class ChainedSQLiteRecorder(SQLiteGroupCommit, SQLiteApplicationRecorder):
     """eventsourcing's SQLite application recorder, chaining each event it inserts; saves
-    that come together commit together (:mod:`projections.group_commit`)."""
+    that come together commit together (:mod:`ledger.group_commit`)."""
 
     def construct_create_table_statements(self) -> list[str]:
         return [
@@ -135,7 +135,7 @@ KNOWN_HASHES = 20_000
 class ChainedPostgresRecorder(PostgresGroupCommit, PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, chaining each event it inserts (after
     the insert, in its transaction, while it holds the lock on the events table); saves that
-    come together commit together (:mod:`projections.group_commit`)."""
+    come together commit together (:mod:`ledger.group_commit`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

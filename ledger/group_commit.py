@@ -1,7 +1,7 @@
 """Group commit: the saves that arrive together go to the ledger in one transaction.
 
 A commit is the dear part of a save (the database flushes its log to disk), so under load the
-ledger's recorders (:mod:`projections.chain`) hand each save to a :class:`GroupCommit` rather
+ledger's recorders (:mod:`ledger.chain`) hand each save to a :class:`GroupCommit` rather
 than commit it alone. The first caller to find no commit under way leads: it takes every save
 waiting, and writes them in one transaction (on PostgreSQL, under one lock of the events
 table), each in a savepoint of its own. A save that fails there (an optimistic-concurrency
@@ -32,7 +32,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresAggregateRecorder
 from psycopg.sql import SQL, Identifier
 
-from projections.db import sqlite_write_lock
+from ledger.database import sqlite_write_lock
 
 INSERT_ATTEMPTS = 10
 """Tries of a PostgreSQL save whose connection broke (eventsourcing's recorders try ten)."""
