@@ -13,28 +13,49 @@ from eventsourcing.domain import Aggregate, event
 
 import domain.values as values
 from domain.actors import Actor
-from domain.errors import DomainError, checked
+from domain.errors import checked
 from domain.ids import time_ordered_id
 from domain.job_attempts import JobAttempts
 from domain.job_facts import (
     check_allocations,
-    check_debug_session,
     check_failure,
-    check_log_loss,
-    check_output,
     check_spec,
-    clean_checkpoint,
     placed_nodes,
 )
 from domain.job_name import check_name
+from domain.job_records import JobRecords
 from domain.lifecycle import require
 from domain.sharing import EXITED
 from domain.statuses import Status
 
+TOPIC = "domain.job:TrainingJob"
+"""The job's topic in the ledger; each of its events' is ``TOPIC.<event>``. Spelled out, so
+that moving a method between classes or modules renames nothing stored."""
 
-class TrainingJob(JobAttempts):
+
+def job_event(name: str) -> Any:
+    """``@event(name)`` under the job's explicit topic for it."""
+    return event(name, topic=f"{TOPIC}.{name}")
+
+
+class TrainingJob(JobAttempts, JobRecords, Aggregate):
     """One training job; its events are the job's whole history. Its id is ordered by time."""
+    TOPIC = TOPIC
     create_id = staticmethod(time_ordered_id)
+
+    class Created(Aggregate.Created):  # eventsourcing's base; a job's first event: Submitted
+        TOPIC = f"{TOPIC}.Created"
+
+    _preemption_requested = job_event("PreemptionRequested")(JobAttempts._preemption_requested)
+    _node_yielded = job_event("NodeYielded")(JobAttempts._node_yielded)
+    _preempted = job_event("Preempted")(JobAttempts._preempted)
+    _retried = job_event("Retried")(JobAttempts._retried)
+    _logs_unavailable = job_event("LogsUnavailable")(JobRecords._logs_unavailable)
+    _checkpoint_recorded = job_event("CheckpointRecorded")(JobRecords._checkpoint_recorded)
+    _outputs_recorded = job_event("OutputsRecorded")(JobRecords._outputs_recorded)
+    _debug_session_opened = job_event("DebugSessionOpened")(JobRecords._debug_session_opened)
+    _debug_session_closed = job_event("DebugSessionClosed")(JobRecords._debug_session_closed)
+    _artifacts_purged = job_event("ArtifactsPurged")(JobRecords._artifacts_purged)
 
     @classmethod
     def submit(cls, owner: str, name: str, spec: dict[str, Any], by: Actor) -> TrainingJob:
@@ -42,7 +63,7 @@ class TrainingJob(JobAttempts):
         check_spec(spec)
         return cls(owner=owner, name=name, spec=spec, by=by)
 
-    @event("Submitted")
+    @job_event("Submitted")
     def __init__(self, owner: str, name: str, spec: dict[str, Any], by: Actor) -> None:
         self.owner = owner
         self.name = name
@@ -198,80 +219,17 @@ class TrainingJob(JobAttempts):
                              facts=dict(facts), by=by)  # fmt: skip
         return True
 
-    def note_logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> bool:
-        """Record that the job's logs could not be stored past ``offset``; once per offset."""
-        require(self, "LogsUnavailable")
-        check_log_loss(message, offset, written)
-        if offset in self.logs_unavailable_at:
-            return False
-        self._logs_unavailable(message=message, offset=offset, written=written, by=by)
-        return True
-
-    def record_checkpoint(self, checkpoint: dict[str, Any], by: Actor) -> bool:
-        """Record a checkpoint once; returns False when it is already recorded."""
-        self.refuse_if_deleted()
-        if checkpoint["id"] in self.checkpoint_ids:  # a resend, whatever the status since
-            return False
-        require(self, "CheckpointRecorded")
-        self._checkpoint_recorded(checkpoint=clean_checkpoint(checkpoint), by=by)
-        return True
-
-    def record_outputs(self, node_index: int, size: int, sha256: str, by: Actor) -> bool:
-        """Record one node's output archive (another one of the node replaces it); False for
-        a resend, whatever the status since."""
-        self.refuse_if_deleted()
-        check_output(self.nnodes, node_index, size, sha256)
-        if self.recorded_output(node_index) == sha256:
-            return False
-        require(self, "OutputsRecorded")
-        self._outputs_recorded(node_index=node_index, size=size, sha256=sha256, by=by)
-        return True
-
-    # -- debug sessions (`flexai training debug-ssh`): recorded, never a status change ------
-
-    def open_debug_session(
-        self, session_id: str, node_index: int, key_fingerprint: str, by: Actor,
-        relay: str | None = None,
-    ) -> None:  # fmt: skip
-        """A user opens an SSH session into the running job on its node ``node_index``,
-        its bytes relayed by the server process whose instance id is ``relay``."""
-        require(self, "DebugSessionOpened")
-        check_debug_session(session_id, key_fingerprint, relay)
-        if session_id in self.open_debug_sessions:
-            raise DomainError(f"debug session {session_id} of job '{self.name}' is open already")
-        node = self._placement(node_index)["node_name"]
-        self._debug_session_opened(session_id=session_id, node=node, node_index=node_index,
-                                   key_fingerprint=key_fingerprint, by=by, relay=relay)  # fmt: skip
-
-    def close_debug_session(self, session_id: str, reason: str, seconds: float, by: Actor) -> bool:
-        """The session ended (``seconds`` after it opened); False when it is closed already."""
-        if session_id not in self.open_debug_sessions:
-            return False
-        checked(values.check_message, reason, "reason")
-        seconds = round(max(0.0, float(seconds)), 3)
-        self._debug_session_closed(session_id=session_id, reason=reason, seconds=seconds, by=by)
-        return True
-
     def delete(self, by: Actor) -> None:
         require(self, "Deleted")
         self._deleted(by=by)
 
-    def purge_artifacts(self, objects: int, by: Actor) -> bool:
-        """The deleted job's artifacts left the store (``objects`` of them); False once said."""
-        if getattr(self, "artifacts_purged", False):  # jobs folded before purges lack it
-            return False
-        require(self, "ArtifactsPurged")
-        checked(values.check_int, objects, "objects", 0, values.BIGINT_MAX)
-        self._artifacts_purged(objects=objects, by=by)
-        return True
-
     # -- events: bodies only mutate -------------------------------------------------------
 
-    @event("SchedulingStarted")
+    @job_event("SchedulingStarted")
     def _scheduling_started(self, by: Actor) -> None:
         self.status = Status.SCHEDULING
 
-    @event("NodeAssigned")
+    @job_event("NodeAssigned")
     def _node_assigned(self, node_id: str, node_name: str, by: Actor,
                        nodes: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.node_id, self.node_name = node_id, node_name
@@ -282,7 +240,7 @@ class TrainingJob(JobAttempts):
         ]
         self.status = Status.BUILDING
 
-    @event("Built")
+    @job_event("Built")
     def _built(self, node_index: int, commit: str | None, master_port: int | None,
                by: Actor) -> None:  # fmt: skip
         self.placements[node_index]["built"] = True
@@ -290,12 +248,12 @@ class TrainingJob(JobAttempts):
         if master_port is not None:
             self.master_port = master_port
 
-    @event("Rejected")
+    @job_event("Rejected")
     def _rejected(self, code: str, message: str, by: Actor) -> None:
         self.failure = {"code": code, "message": message}
         self.status = Status.REJECTED
 
-    @event("Enqueued")
+    @job_event("Enqueued")
     def _enqueued(self, commit: str | None, by: Actor, waiting_on: list[str] | None = None) -> None:
         self.commit = commit or self.commit
         self.status = Status.ENQUEUED
@@ -304,6 +262,7 @@ class TrainingJob(JobAttempts):
         """Every node built and its accelerators allocated: the job runs. Version 2 holds each
         node's ``allocations``; version 1 (before multi-node jobs) node 0's, upcast when read."""
 
+        TOPIC = f"{TOPIC}.Started"
         class_version = 2
         commit: str | None
         accelerators: list[int]
@@ -325,31 +284,31 @@ class TrainingJob(JobAttempts):
             placement["accelerators"] = list(indices)
         self.status, self.yielded = Status.IN_PROGRESS, False
 
-    @event("BuildFailed")
+    @job_event("BuildFailed")
     def _build_failed(self, code: str, message: str, commit: str | None, by: Actor,
                       node_index: int = 0) -> None:  # fmt: skip
         self.commit = commit
         self.failure = {"code": code, "message": message}
         self.status = Status.FAILED
 
-    @event("Requeued")
+    @job_event("Requeued")
     def _requeued(self, reason: str, by: Actor) -> None:
         self.node_id = self.node_name = self.master_port = None
         self.placements = []
         self.status = Status.SCHEDULING
 
-    @event("NodeExited")
+    @job_event("NodeExited")
     def _node_exited(self, node_index: int, exit_code: int, by: Actor) -> None:
         self.placements[node_index]["exit_code"] = exit_code
 
-    @event("Succeeded")  # ended_at: when the entry point ended (None: the event's time)
+    @job_event("Succeeded")  # ended_at: when the entry point ended (None: the event's time)
     def _succeeded(self, exit_code: int, by: Actor, node_index: int = 0,
                    ended_at: str | None = None) -> None:  # fmt: skip
         if self.placements:
             self.placements[node_index]["exit_code"] = exit_code
         self.status = Status.SUCCEEDED
 
-    @event("Failed")
+    @job_event("Failed")
     def _failed(
         self, code: str, message: str, exit_code: int | None, by: Actor,
         node_index: int | None = None, ended_at: str | None = None,
@@ -359,15 +318,15 @@ class TrainingJob(JobAttempts):
             self.placements[node_index]["exit_code"] = exit_code
         self.status = Status.FAILED
 
-    @event("StopRequested")
+    @job_event("StopRequested")
     def _stop_requested(self, stopping_from: str, by: Actor) -> None:
         self.status = Status.STOP_IN_PROGRESS
 
-    @event("NodeStopped")
+    @job_event("NodeStopped")
     def _node_stopped(self, node_index: int, exit_code: int | None, by: Actor) -> None:
         self.placements[node_index]["stopped"] = True
 
-    @event("Stopped")
+    @job_event("Stopped")
     def _stopped(
         self, accelerators_released: list[int], by: Actor, exit_code: int | None = None,
         allocations_released: list[list[int]] | None = None, ended_at: str | None = None,
@@ -377,44 +336,16 @@ class TrainingJob(JobAttempts):
             placement["stopped"] = True
         self.status = Status.STOPPED
 
-    @event("ReportRefused")
+    @job_event("ReportRefused")
     def _report_refused(self, report: str, node_index: int, reason: str,
                         facts: dict[str, Any], by: Actor) -> None:  # fmt: skip
         self.refused.add(f"{report}/{node_index}")
 
-    @event("StopFailed")
+    @job_event("StopFailed")
     def _stop_failed(self, message: str, by: Actor) -> None:
         self.failure = {"code": "stop_failed", "message": message}
         self.status = Status.STOP_FAILED
 
-    @event("LogsUnavailable")
-    def _logs_unavailable(self, message: str, offset: int, written: int, by: Actor) -> None:
-        self.logs_unavailable_at.add(offset)
-
-    @event("CheckpointRecorded")
-    def _checkpoint_recorded(self, checkpoint: dict[str, Any], by: Actor) -> None:
-        self.checkpoint_ids.add(checkpoint["id"])
-
-    @event("OutputsRecorded")
-    def _outputs_recorded(self, node_index: int, size: int, sha256: str, by: Actor) -> None:
-        self.output_hashes = {**getattr(self, "output_hashes", {}), str(node_index): sha256}
-
-    # ``relay``: the events stored before it existed have none, and load with None.
-    @event("DebugSessionOpened")
-    def _debug_session_opened(self, session_id: str, node: str, node_index: int,
-                              key_fingerprint: str, by: Actor,
-                              relay: str | None = None) -> None:  # fmt: skip
-        self.debug_sessions = {*getattr(self, "debug_sessions", ()), session_id}
-
-    @event("DebugSessionClosed")
-    def _debug_session_closed(self, session_id: str, reason: str, seconds: float,
-                              by: Actor) -> None:  # fmt: skip
-        self.debug_sessions = set(getattr(self, "debug_sessions", ())) - {session_id}
-
-    @event("Deleted")
+    @job_event("Deleted")
     def _deleted(self, by: Actor) -> None:
         self.deleted = True
-
-    @event("ArtifactsPurged")
-    def _artifacts_purged(self, objects: int, by: Actor) -> None:
-        self.artifacts_purged = True

@@ -1,16 +1,15 @@
 """A job's attempts: preemption (a higher-priority job takes its accelerators, and it waits
 in line again) and retries (an attempt that failed for a cause the job retries on goes back to
-``scheduling``). :class:`~domain.job.TrainingJob` inherits these commands; their events are
-stored under this class's name (``JobAttempts.Preempted``), which :data:`JOB_EVENT_PREFIXES`
-lists beside ``TrainingJob.``.
+``scheduling``). :class:`~domain.job.TrainingJob` inherits these commands and records their
+events, under its own explicit topics (``domain.job:TrainingJob.Preempted``); ledgers written
+before stored them as ``domain.job_attempts:JobAttempts.Preempted``, which still resolve
+(:mod:`domain.topics`).
 
 Every attempt after the first starts from the job's last checkpoint, if it took one; the agent
 says which attempt it is in ``FLEXAI_RESTART_COUNT`` (the attempt, less one).
 """
 
 from __future__ import annotations
-
-from eventsourcing.domain import Aggregate, event
 
 import domain.values as values
 from domain.actors import Actor
@@ -21,7 +20,8 @@ from domain.sharing import preemptible, retry_cause
 from domain.statuses import Status
 
 JOB_EVENT_PREFIXES = ("TrainingJob.", "JobAttempts.")
-"""The qualified names of a job's events start with one of these."""
+"""The qualified names of a job's events start with one of these (``JobAttempts.``: in topics
+stored before the job's events had explicit topics)."""
 
 
 RETRIED_FROM = ROWS["Retried"].sources
@@ -32,9 +32,12 @@ def is_job_event(domain_event: object) -> bool:
     return type(domain_event).__qualname__.startswith(JOB_EVENT_PREFIXES)
 
 
-class JobAttempts(JobState, Aggregate):
-    """The commands and events of a job's attempts (:class:`~domain.job_state.JobState`
-    says which attempt it is and what retries it has left)."""
+class JobAttempts(JobState):
+    """The commands of a job's attempts and their events' bodies
+    (:class:`~domain.job_state.JobState` says which attempt it is and what retries it has
+    left). :class:`~domain.job.TrainingJob` makes each body an event (``job_event``), so that
+    the one aggregate class holds every event of a job under a topic that does not depend on
+    where a method sits."""
 
     # -- commands -------------------------------------------------------------------------
 
@@ -108,18 +111,15 @@ class JobAttempts(JobState, Aggregate):
         self._retried(attempt=self.attempt, cause=cause, message=message, nodes=nodes,
                       retries_left=self.retries_left - 1, by=by)  # fmt: skip
 
-    # -- events: bodies only mutate -------------------------------------------------------
+    # -- events' bodies (TrainingJob records them as events): they only mutate -------------
 
-    @event("PreemptionRequested")
     def _preemption_requested(self, for_job: str, for_owner: str, attempt: int,
                               by: Actor) -> None:  # fmt: skip
         self.preempting: dict[str, str] | None = {"for_job": for_job, "for_owner": for_owner}
 
-    @event("NodeYielded")
     def _node_yielded(self, node_index: int, exit_code: int | None, by: Actor) -> None:
         self.placements[node_index]["stopped"] = True
 
-    @event("Preempted")
     def _preempted(self, attempt: int, for_job: str, for_owner: str, exit_code: int | None,
                    allocations_released: list[list[int]], by: Actor) -> None:  # fmt: skip
         self.attempt_number, self.yielded = attempt + 1, True
@@ -129,7 +129,6 @@ class JobAttempts(JobState, Aggregate):
             placement.update(accelerators=[], exit_code=None, stopped=False)
         self.status = Status.ENQUEUED
 
-    @event("Retried")
     def _retried(self, attempt: int, cause: str, message: str, nodes: list[str],
                  retries_left: int, by: Actor) -> None:  # fmt: skip
         self.attempt_number = attempt + 1

@@ -27,6 +27,9 @@ class JobState:
     node_id: str | None
     node_name: str | None
     master_port: int | None
+    checkpoint_ids: set[str]
+    logs_unavailable_at: set[int]
+    """The log offsets past which the job's logs could not be stored."""
 
     @property
     def is_terminal(self) -> bool:

@@ -21,7 +21,6 @@ from api.artifacts.store import ArtifactStore, checkpoint_key, dataset_key, outp
 from domain.application import TrainingJobs
 from domain.datasets import Dataset
 from domain.events import event_name
-from domain.job_attempts import JobAttempts
 from domain.topics import JOB_EVENT_TOPICS
 
 Depth = Literal["none", "shallow", "deep"]
@@ -78,8 +77,8 @@ def ledger_artifacts(jobs: TrainingJobs) -> list[Artifact]:
 
 def _events(jobs: TrainingJobs) -> Iterator[Any]:
     """The ledger's events that name artifacts, decoded, in the order they were recorded."""
-    wanted = (tuple(prefix + name for prefix in JOB_EVENT_TOPICS for name in JOB_EVENTS)
-              + tuple(f"{get_topic(JobAttempts)}.{name}" for name in ATTEMPT_EVENTS)
+    wanted = (tuple(prefix + name for prefix in JOB_EVENT_TOPICS
+                    for name in (*JOB_EVENTS, *ATTEMPT_EVENTS))
               + tuple(f"{get_topic(Dataset)}.{name}" for name in DATASET_EVENTS))  # fmt: skip
     start = 1
     while True:

@@ -1,6 +1,8 @@
-"""A ledger written in December 2026 (``tests/fixtures/ledger-2026-12.json``: every kind of
-event of that time) is read by today's code on each store: every job folds to the status it
-had, the views show it, and events of an older shape are upcast."""
+"""Ledgers written in December 2026 (``tests/fixtures/ledger-2026-12.json``: every kind of
+event of that time; ``ledger-2026-12-07.json`` adds retries, preemption, outputs, debug sessions
+and purges, when a job's attempts' events were stored as ``JobAttempts.*``) are read by today's
+code on each store: every job folds to the status it had, the views show it, and events of an
+older shape are upcast."""
 
 from __future__ import annotations
 
@@ -17,12 +19,16 @@ from api.services import Services, build_services
 from api.settings import Settings
 from domain.actors import user
 from domain.job import TrainingJob
+from domain.node import Node
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ledger-2026-12.json"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURE = FIXTURES / "ledger-2026-12.json"
+JOBS = {"ledger-2026-12.json": 10, "ledger-2026-12-07.json": 13}
+"""Each fixture, and how many jobs it holds."""
 
 
-def load_fixture() -> dict[str, Any]:
-    fixture: dict[str, Any] = json.loads(FIXTURE.read_text())
+def load_fixture(name: str = FIXTURE.name) -> dict[str, Any]:
+    fixture: dict[str, Any] = json.loads((FIXTURES / name).read_text())
     return fixture
 
 
@@ -44,10 +50,11 @@ def services(database_url: str, tmp_path: Path) -> Any:
     opened.close()
 
 
-def test_every_job_of_the_stored_ledger_folds_to_its_status(services: Services) -> None:
-    fixture = load_fixture()
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_every_job_of_the_stored_ledger_folds_to_its_status(services: Services, name: str) -> None:
+    fixture = load_fixture(name)
     import_ledger(services, fixture["events"])
-    assert len(fixture["statuses"]) == 10
+    assert len(fixture["statuses"]) == JOBS[name]
     for job_id, status in fixture["statuses"].items():
         job = services.jobs.job(UUID(job_id))
         assert str(job.status) == status, job.name
@@ -103,3 +110,30 @@ def test_new_started_events_are_stored_as_version_2(services: Services) -> None:
     started = [n for n in new if n.topic.endswith("TrainingJob.Started")]
     assert started, [n.topic for n in new]  # the waiting job started on the freed accelerators
     assert json.loads(bytes(started[0].state))["class_version"] == 2
+
+
+def test_attempts_stored_under_their_old_class_load_and_new_ones_get_the_jobs_topic(
+    services: Services,
+) -> None:
+    fixture = load_fixture("ledger-2026-12-07.json")
+    import_ledger(services, fixture["events"])
+    stored = {event["topic"] for event in fixture["events"]}
+    assert "domain.job_attempts:JobAttempts.Retried" in stored
+    retried = next(UUID(event["originator_id"]) for event in fixture["events"]
+                   if event["topic"].endswith("JobAttempts.Retried"))  # fmt: skip
+    job = services.jobs.job(retried)
+    assert (job.attempt, job.retries_spent, str(job.status)) == (2, 1, "scheduling")
+    assert any(isinstance(event, TrainingJob.Retried) for event in services.jobs.history(retried))
+    assert services.queries.job(str(retried))["attempt"] == 2  # type: ignore[index]
+
+    recorder = services.jobs.recorder
+    before = recorder.max_notification_id() or 0  # type: ignore[attr-defined]
+    node = str(Node.create_id("gpu-2"))  # idle since its job was requeued
+    services.jobs.assign(retried, node, "gpu-2")
+    services.jobs.report(retried, node, {"node_id": node, "type": "built", "commit": "c0ffee"})
+    assert str(services.jobs.job(retried).status) == "in progress"
+    services.jobs.node_lost(retried, node, "node gpu-2 lost")  # its second retry
+    notifications = recorder.select_notifications(before + 1, 100)  # type: ignore[attr-defined]
+    new = [notification.topic for notification in notifications]
+    assert "domain.job:TrainingJob.Retried" in new
+    assert not any(topic.startswith("domain.job_attempts:") for topic in new)

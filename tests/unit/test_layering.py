@@ -14,7 +14,8 @@ DOMAIN = Path(__file__).resolve().parents[2] / "domain"
 MODEL_MODULES = (
     "actors.py", "statuses.py", "errors.py", "ids.py", "events.py", "lifecycle.py",
     "job_state.py", "job_facts.py", "job.py", "job_name.py", "node.py", "datasets.py",
-    "scheduling.py", "values.py", "sharing.py", "job_attempts.py", "policy.py", "failures.py",
+    "scheduling.py", "values.py", "sharing.py", "job_attempts.py", "job_records.py", "policy.py",
+    "failures.py",
 )  # fmt: skip
 """The aggregates, their rules and the values' bounds."""
 SERVICE_MODULES = (
