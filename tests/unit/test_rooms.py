@@ -7,14 +7,18 @@ it may import (``Imports: ...``) beside its own modules, and no module of it imp
 No two modules of ours import each other, however indirectly.
 
 House rule 1: the domain imports only the standard library and eventsourcing, and the model
-modules only ``eventsourcing.domain`` of it, the value bounds and one another."""
+modules only ``eventsourcing.domain`` of it, the value bounds and one another. The client
+(``cli`` and ``common``) imports no package but those ``pip install flexai-control-plane``
+brings, the server's and the agent's being extras."""
 
 from __future__ import annotations
 
 import ast
 import re
 import sys
+import tomllib
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -201,6 +205,49 @@ def test_the_model_modules_import_only_eventsourcing_domain(name: str) -> None:
 def test_every_domain_module_is_a_model_module_or_said_to_serve_the_application() -> None:
     assert {name for name in MODULES if within(name, "domain")} == {
         "domain", *(f"domain.{name}" for name in (*MODEL_MODULES, *SERVICE_MODULES))}  # fmt: skip
+
+
+# --- what each install brings -----------------------------------------------------------------
+
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+EXTRAS = {"cli": (), "common": (), "domain": ("server",), "projections": ("server",),
+          "api": ("server",), "node_agent": ("agent",)}  # fmt: skip
+"""The extras whose packages a top-level package may import beside the plain install's."""
+
+
+def distribution(requirement: str) -> str:
+    """A requirement's distribution, normalized: ``psycopg[binary]>=3.1`` -> ``psycopg``."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert name, requirement
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower()
+
+
+def brought(*extras: str) -> set[str]:
+    """The distributions ``pip install flexai-control-plane[extras]`` asks for by name."""
+    requirements = [*PROJECT["dependencies"],
+                    *(r for extra in extras for r in PROJECT["optional-dependencies"][extra])]
+    return {distribution(requirement) for requirement in requirements}  # fmt: skip
+
+
+def third_party(top: str) -> dict[str, set[str]]:
+    """What a top-level package's modules import beyond the standard library and ours, by
+    top-level name: the installed distributions that provide it."""
+    names = {name.split(".")[0] for module, path in MODULES.items() if within(module, top)
+             for name in foreign(path.read_text(), allowed=TOPS)}  # fmt: skip
+    provided = metadata.packages_distributions()
+    return {name: {distribution(d) for d in provided.get(name, [])} for name in names}
+
+
+@pytest.mark.parametrize("top", TOPS)
+def test_each_package_imports_only_what_its_install_brings(top: str) -> None:
+    allowed = brought(*EXTRAS[top])
+    assert {name for name, dists in third_party(top).items() if not dists & allowed} == set()
+
+
+def test_the_plain_install_brings_only_what_the_client_imports() -> None:
+    used = {dist for top in ("cli", "common") for dists in third_party(top).values()
+            for dist in dists}  # fmt: skip
+    assert brought() <= used
 
 
 ABOUT_400 = 420
