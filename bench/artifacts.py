@@ -29,8 +29,8 @@ server's RSS is sampled every 20 ms (``/proc/<pid>/status``): its growth over th
 (target under 64 MiB); its CPU seconds (``/proc/<pid>/stat``) over the transfer, per GiB
 (S3: near zero, the bytes never pass through it).
 
-    .venv/bin/python bench/artifacts.py                  # both stores, 3 repeats, ~4 minutes
-    .venv/bin/python bench/artifacts.py --store s3 --repeats 1 --size-mib 256
+    .venv/bin/python -m bench.artifacts                  # both stores, 3 repeats, ~4 minutes
+    .venv/bin/python -m bench.artifacts --store s3 --repeats 1 --size-mib 256
 """
 
 from __future__ import annotations
@@ -54,12 +54,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.s3 import REGION, SeaweedFS, running_seaweedfs, s3_client
+from tests.support import make_repo
 
-from tests.s3 import REGION, SeaweedFS, running_seaweedfs, s3_client  # noqa: E402
-from tests.support import make_repo  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 MiB = 2**20
 TARGETS = {"s3": 0.8, "local": 0.5}

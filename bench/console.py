@@ -15,8 +15,8 @@
    latency's p50, p99 and worst (target: within 1 s), p99 as a ratio to the baseline's, and the
    server's threads before and with the pages open (target: no thread per page).
 
-    .venv/bin/python bench/console.py                          # both stores, ~14 minutes
-    .venv/bin/python bench/console.py --store sqlite --jobs 20000 --skip-live
+    .venv/bin/python -m bench.console                          # both stores, ~14 minutes
+    .venv/bin/python -m bench.console --store sqlite --jobs 20000 --skip-live
 """
 
 from __future__ import annotations
@@ -36,14 +36,10 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from api.settings import Settings  # noqa: E402
-from bench.followers import Server as LiveServer  # noqa: E402
-from bench.followers import raise_fd_limit  # noqa: E402
-from bench.views import (  # noqa: E402
+from api.settings import Settings
+from bench.followers import Server as LiveServer
+from bench.followers import raise_fd_limit
+from bench.views import (
     Server,
     cursor_at,
     job_name,
@@ -54,6 +50,7 @@ from bench.views import (  # noqa: E402
     seed,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 TARGET_PAGE_P99_MS = 50.0
 TARGET_LINE_S = 1.0
 MARK = re.compile(r"mark (\d+) (\d+\.\d+)")
@@ -125,10 +122,11 @@ class Holder:
     def __init__(self, server: LiveServer, kind: str, count: int, offset: int,
                  cookie: dict[str, str]) -> None:  # fmt: skip
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--hold", str(count), "--kind", kind, "--url", server.url,
+            [sys.executable, "-m", "bench.console", "--hold", str(count), "--kind", kind,
+             "--url", server.url,
              "--offset", str(offset), f"--token={server.token}",
              f"--cookie={cookie['flexai_session']}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
         )  # fmt: skip
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()

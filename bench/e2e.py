@@ -19,13 +19,17 @@ jobs/s from the first submission to the last ``succeeded`` (target: 20 jobs/s), 
 ``--sandbox-cost`` times the same jobs through an agent started with ``--no-sandbox`` in the
 same run: what each job's sandbox (bubblewrap, its cgroup) costs from run to succeeded.
 
-``--https-cost`` times jobs in turn on two clusters, one on plain HTTP, one on HTTPS with a CA
-made for the run (agents present client certificates too): what TLS on every hop costs from
-run to succeeded (target: at most 1.10x plain HTTP's p50).
-    .venv/bin/python bench/e2e.py                       # both stores, ~30 s
-    .venv/bin/python bench/e2e.py --store sqlite --sandbox-cost
-    .venv/bin/python bench/e2e.py --https-cost --jobs 40
-    .venv/bin/python bench/e2e.py --slurm --throughput  # everything, ~2 minutes
+``--https-cost`` starts two clusters side by side, one over plain HTTP and one whose server
+serves HTTPS (``--tls-cert``, a certificate of a CA made for the run; the agent and the
+bench's client verify it; the agents present client certificates, ``--agent-client-ca``), and
+times jobs on each in turn: what TLS on every hop costs from run to succeeded (target: at most
+1.10x plain HTTP's p50).
+
+    .venv/bin/python -m bench.e2e                       # both stores, ~30 s
+    .venv/bin/python -m bench.e2e --store sqlite --sandbox-cost
+    .venv/bin/python -m bench.e2e --https-cost --jobs 40
+    .venv/bin/python -m bench.e2e --slurm --throughput  # everything, ~2 minutes
+    .venv/bin/python -m bench.e2e --store sqlite --jobs 50
 """
 
 from __future__ import annotations
@@ -50,16 +54,11 @@ from typing import Any
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):  # the project's packages (tests.pg, tests.support), bench/slurm.py
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+from bench.probes import Profiles, snapshot
+from bench.slurm import SlurmCluster, SlurmUnavailable, stop_all
+from tests.support import make_repo
 
-from probes import Profiles, snapshot  # noqa: E402
-from slurm import SlurmCluster, SlurmUnavailable, stop_all  # noqa: E402
-
-from tests.support import make_repo  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 POLL_S = 0.005
 TARGET_P50_S = 0.25

@@ -16,8 +16,8 @@ The followers live in a child process of their own (``--hold N``), so the latenc
 not share an interpreter with them. Figures are printed as p50/p99 in ms and as the ratio of
 each p99 to the baseline's p99; the target is p99 under 100 ms with 1,000 followers.
 
-    .venv/bin/python bench/followers.py               # 1,000 followers, ~1 minute
-    .venv/bin/python bench/followers.py --followers 200 --requests 100
+    .venv/bin/python -m bench.followers               # 1,000 followers, ~1 minute
+    .venv/bin/python -m bench.followers --followers 200 --requests 100
 """
 
 from __future__ import annotations
@@ -159,9 +159,9 @@ class Holder:
 
     def __init__(self, server: Server, count: int) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--hold", str(count), "--url", server.url,
+            [sys.executable, "-m", "bench.followers", "--hold", str(count), "--url", server.url,
              f"--token={server.token}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
         )  # fmt: skip
         assert self.process.stdout is not None
         line = self.process.stdout.readline().strip()

@@ -1,6 +1,6 @@
 """Ledger, projection, read and log-path benchmarks, reported as ratios to same-run baselines.
 
-    .venv/bin/python bench/ledger.py [--jobs N] [--store sqlite|postgres|both] [--repeats R]
+    .venv/bin/python -m bench.ledger [--jobs N] [--store sqlite|postgres|both] [--repeats R]
                                      [--profile write|project|read|log]
 
 The machines are shared and noisy, so every figure is printed next to a baseline measured in
@@ -53,15 +53,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-for entry in (HERE.parent, HERE):  # the project's packages, and bench/logpath.py
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-import logpath  # noqa: E402
-from logbench import bench_files  # noqa: E402
-from logpath import timed  # noqa: E402
-from stores import (  # noqa: E402
+from api.artifacts.local import LocalArtifactStore
+from api.settings import Settings
+from bench import logpath
+from bench.logbench import bench_files
+from bench.logpath import timed
+from bench.stores import (
     PostgresStore,
     SQLiteStore,
     Store,
@@ -69,13 +66,10 @@ from stores import (  # noqa: E402
     micros,
     rate,
 )
-
-from api.artifacts.local import LocalArtifactStore  # noqa: E402
-from api.settings import Settings  # noqa: E402
-from domain.actors import user  # noqa: E402
-from domain.application import TrainingJobs  # noqa: E402
-from projections.projector import Projector  # noqa: E402
-from projections.queries import Queries  # noqa: E402
+from domain.actors import user
+from domain.application import TrainingJobs
+from projections.projector import Projector
+from projections.queries import Queries
 
 OWNER = "alice"
 NODE_NAME = "bench-node-01"

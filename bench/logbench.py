@@ -13,10 +13,9 @@ import uuid
 from functools import partial
 from pathlib import Path
 
-import logpath
-from stores import Table, rate
-
 from api.artifacts.local import LocalArtifactStore
+from bench import logpath
+from bench.stores import Table, rate
 
 LOG_ROUNDS = 5  # log rounds per repeat: each takes only milliseconds
 
@@ -61,7 +60,9 @@ def log_rss_child(mode: str, directory: Path) -> float:
     # Through sh, which forks again: Linux carries ru_maxrss across exec, so a child exec'd
     # straight from this (large) process would start with this process's peak and show none.
     output = subprocess.run(
-        ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, logpath.__file__, mode, str(directory)],
+        ["sh", "-c", '"$0" "$@"; exit $?', sys.executable, "-m", "bench.logpath", mode,
+         str(directory)],
+        cwd=Path(logpath.__file__).resolve().parents[1],
         check=True,
         capture_output=True,
         text=True,

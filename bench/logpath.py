@@ -1,6 +1,6 @@
 """The log path pieces shared by bench/ledger.py, and its peak-RSS child process.
 
-Run as ``python bench/logpath.py store|plain DIR``: one write+read round of the log in a fresh
+Run as ``python -m bench.logpath store|plain DIR``: one write+read round of the log in a fresh
 process that imports nothing but ``api.artifacts.local``, printing ``{"rss_growth": bytes}`` (the
 growth of ``ru_maxrss``, which only rises, so it must start low for the growth to show).
 """
@@ -18,11 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from api.artifacts.local import LocalArtifactStore  # noqa: E402
+from api.artifacts.local import LocalArtifactStore
 
 LOG_LINES = 20_000
 LOG_LINE_BYTES = 50

@@ -7,7 +7,7 @@ definition, and the fastest it could be), measured in the same run, repeats alte
 It also prints how many bytes stay held back after a quiet job's last line: the point of the
 streaming mask is that this is 0 when the line cannot begin a value.
 
-    .venv/bin/python bench/masking.py [--megabytes 32] [--repeats 3]
+    .venv/bin/python -m bench.masking [--megabytes 32] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def main() -> None:
     print(f"{'case':26} {'streamed MB/s':>14} {'one re.sub MB/s':>16} {'ratio':>6} {'held':>5}")
     for name, values in cases.items():
         data = training_log(args.megabytes * 1024 * 1024, values, rng)
-        mine, base = [], []
+        mine: list[float] = []
+        base: list[float] = []
         for repeat in range(args.repeats):
             pair = (streamed, one_shot) if repeat % 2 == 0 else (one_shot, streamed)
             for measure in pair:

@@ -1,7 +1,7 @@
 """List and inspect at a million jobs, and the bulk seeder that puts them there.
 
 Seeds jobs of one user into a fresh store (SQLite in a throwaway directory, and/or a throwaway
-PostgreSQL database) with the bulk seeder (:mod:`projections.seed`: the events, hash chain and
+PostgreSQL database) with the bulk seeder (:mod:`bench.seed`: the events, hash chain and
 view rows the commands write, in big batches), first ``--small`` jobs (100,000), then as many
 more as make ``--jobs`` (1,000,000). After each, a real ``flexai server`` starts on the store and
 each of ``--requests`` rounds (500) calls, in turn, ``GET /health`` (the baseline), the first
@@ -13,8 +13,8 @@ Targets at the large size: list and inspect p99 at most 1.5 x ``/health``'s p99 
 rounds, and the server's RSS within 10% of the small size's. The seeder's jobs/s is printed too
 (target: 20,000).
 
-    .venv/bin/python bench/million.py                      # both stores, ~25 minutes
-    .venv/bin/python bench/million.py --store sqlite --small 10000 --jobs 100000
+    .venv/bin/python -m bench.million                      # both stores, ~25 minutes
+    .venv/bin/python -m bench.million --store sqlite --small 10000 --jobs 100000
 """
 
 from __future__ import annotations
@@ -26,19 +26,12 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-from views import chosen_stores, percentile, positive  # noqa: E402
-from views import serve_and_measure as views_calls  # noqa: E402
-
-from api.settings import Settings  # noqa: E402
-from domain.application import TrainingJobs  # noqa: E402
-from ledger.database import open_database  # noqa: E402
-from projections.seed import job_name, seed_jobs  # noqa: E402
+from api.settings import Settings
+from bench.seed import job_name, seed_jobs
+from bench.views import chosen_stores, percentile, positive
+from bench.views import serve_and_measure as views_calls
+from domain.application import TrainingJobs
+from ledger.database import open_database
 
 TARGET_RATIO = 1.5
 TARGET_RSS = 0.10

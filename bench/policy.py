@@ -8,7 +8,7 @@ times, the two sizes alternating; median and p99 milliseconds of each are printe
 ratio of the large round's to the small one's (100x the jobs: a linear policy is at most about
 100x, one that re-sorted per pick would be far above). Target: the large round well under 50 ms.
 
-    .venv/bin/python bench/policy.py [--jobs 10000] [--small 100] [--repeats 200]
+    .venv/bin/python -m bench.policy [--jobs 10000] [--small 100] [--repeats 200]
 """
 
 from __future__ import annotations
@@ -17,17 +17,11 @@ import argparse
 import os
 import random
 import statistics
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from domain.policy import Lined, Plan, Queued, Running, plan  # noqa: E402
-from domain.scheduling import NodeCapacity  # noqa: E402
+from domain.policy import Lined, Plan, Queued, Running, plan
+from domain.scheduling import NodeCapacity
 
 NODES, ACCELS, OWNERS = 50, 8, 100
 

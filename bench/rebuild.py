@@ -19,8 +19,8 @@ with no ledger to read and nothing to fold: the ratio is the baseline's time ove
 The earlier baseline, as many one-column rows as the ledger has events, is printed too (each
 event against a 90-byte row: far under what the rebuild must write).
 
-    .venv/bin/python bench/rebuild.py                     # both stores, ~1 minute
-    .venv/bin/python bench/rebuild.py --store sqlite --jobs 10000
+    .venv/bin/python -m bench.rebuild                     # both stores, ~1 minute
+    .venv/bin/python -m bench.rebuild --store sqlite --jobs 10000
 """
 
 from __future__ import annotations
@@ -35,20 +35,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-from api.settings import Settings  # noqa: E402
-from domain.actors import user  # noqa: E402
-from domain.application import TrainingJobs  # noqa: E402
-from ledger.database import open_database  # noqa: E402
-from projections.projector import Projector  # noqa: E402
-from projections.rebuild import Rebuilder  # noqa: E402
-from projections.views import SCHEMA, VIEW_TABLES  # noqa: E402
-from tests.pg import fresh_database  # noqa: E402
+from api.settings import Settings
+from domain.actors import user
+from domain.application import TrainingJobs
+from ledger.database import open_database
+from projections.projector import Projector
+from projections.rebuild import Rebuilder
+from projections.views import SCHEMA, VIEW_TABLES
+from tests.pg import fresh_database
 
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
         "accels": 1, "nodes": 1}  # fmt: skip

@@ -1,6 +1,6 @@
 """The ledger at production scale: submissions through the API, projection lag, view rebuilds.
 
-    .venv/bin/python bench/scale.py [--store postgres|sqlite|both] [--submissions N]
+    .venv/bin/python -m bench.scale [--store postgres|sqlite|both] [--submissions N]
                                     [--clients C] [--rate EVENTS_PER_S] [--seconds S]
                                     [--rebuild-jobs N]
 
@@ -51,29 +51,24 @@ from typing import Any
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-from probes import cpu_seconds, postgres_pids  # noqa: E402
-from rebuild import bench_rebuild, store_url  # noqa: E402
-from rebuild import report as rebuild_report  # noqa: E402
-from slurm import SlurmUnavailable, sbatch_rate  # noqa: E402
-
-from api.settings import Settings  # noqa: E402
-from domain.actors import user  # noqa: E402
-from domain.application import TrainingJobs  # noqa: E402
-from ledger.database import (  # noqa: E402
+from api.settings import Settings
+from bench.probes import cpu_seconds, postgres_pids
+from bench.rebuild import bench_rebuild, store_url
+from bench.rebuild import report as rebuild_report
+from bench.slurm import SlurmUnavailable, sbatch_rate
+from domain.actors import user
+from domain.application import TrainingJobs
+from ledger.database import (
     LEDGER_CHANNEL,
     LedgerListener,
     PostgresDatabase,
     open_database,
 )
-from ledger.group_commit import PostgresGroupCommit  # noqa: E402
-from ledger.schema import schema_lock  # noqa: E402
-from projections.projector import Projector  # noqa: E402
+from ledger.group_commit import PostgresGroupCommit
+from ledger.schema import schema_lock
+from projections.projector import Projector
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SPEC = {"repository_url": "https://example.com/org/repo.git", "entry_point": ["train.py"],
         "accels": 1, "nodes": 1}  # fmt: skip

@@ -15,16 +15,16 @@ run is clean.
 Locally (the default) it starts everything itself: a throwaway database on the machine's
 PostgreSQL (``FLEXAI_TEST_POSTGRES_URL``, as the tests), SeaweedFS, the replicas and agents:
 
-    .venv/bin/python bench/soak.py                             # 200 jobs, ~2 minutes
-    .venv/bin/python bench/soak.py --jobs 2000 --duration 900 --baseline  # the 15-minute soak
-    .venv/bin/python bench/soak.py --faults agent,s3 --jobs 100 --json soak.json
+    .venv/bin/python -m bench.soak                             # 200 jobs, ~2 minutes
+    .venv/bin/python -m bench.soak --jobs 2000 --duration 900 --baseline  # the 15-minute soak
+    .venv/bin/python -m bench.soak --faults agent,s3 --jobs 100 --json soak.json
 
 ``--baseline`` first runs the same jobs with no fault, and reports the soak's time as a ratio
 to it. Against an operator's own deployment, name its replicas and how to kill each kind of
 part (a command that kills it and returns once it is on its way back; kinds without one are
 not injected):
 
-    .venv/bin/python bench/soak.py --api-url https://cp-a:8000 --api-url https://cp-b:8000 \\
+    .venv/bin/python -m bench.soak --api-url https://cp-a:8000 --api-url https://cp-b:8000 \\
         --token-file admin.token --repository https://git.internal/ml/soak.git \\
         --fault agent="ssh gpu-01 'pkill -9 -f \"flexai agent\"; systemctl start flexai-agent'"
 
@@ -46,13 +46,8 @@ from typing import Any
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-for entry in (HERE.parent, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-from soak_parts import FAULT_KINDS, Fleet, local_fleet, remote_fleet  # noqa: E402
-from soak_report import (  # noqa: E402
+from bench.soak_parts import FAULT_KINDS, Fleet, local_fleet, remote_fleet
+from bench.soak_report import (
     TERMINAL,
     Report,
     Submissions,
@@ -64,8 +59,7 @@ from soak_report import (  # noqa: E402
     verify,
     write_json,
 )
-
-from tests.support import make_repo  # noqa: E402
+from tests.support import make_repo
 
 TRAIN_PY = '''\
 import json, os, pathlib, time

@@ -35,13 +35,11 @@ from urllib.parse import urlparse
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from tests.pg import fresh_database
+from tests.s3 import REGION, free_ports, running_seaweedfs
+from tests.tcp_proxy import TcpProxy
 
-from tests.pg import fresh_database  # noqa: E402
-from tests.s3 import REGION, free_ports, running_seaweedfs  # noqa: E402
-from tests.tcp_proxy import TcpProxy  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FAULT_KINDS = ("replica", "agent", "postgres", "s3")
 SERVER_ARGS = ["--node-timeout", "6"]
@@ -149,7 +147,12 @@ def local_fleet(root: Path, *, replicas: int, agents: int, accels: int, down: fl
         store = stack.enter_context(running_seaweedfs(root / "s3"))
         bucket = stack.enter_context(store.bucket())
         parts: list[Process] = []
-        stack.callback(lambda: [part.stop() for part in reversed(parts)])
+
+        def stop_parts() -> None:
+            for part in reversed(parts):
+                part.stop()
+
+        stack.callback(stop_parts)
         servers: list[Process] = []
         for index, port in enumerate(free_ports(replicas)):
             url = f"http://127.0.0.1:{port}"

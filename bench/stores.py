@@ -10,9 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from logpath import timed
-
 from api.settings import Settings
+from bench.logpath import timed
 from ledger.database import open_database
 from projections.views import VIEW_TABLES as VIEWS
 

@@ -1,6 +1,6 @@
 """A sweep of many jobs through the CLI: `flexai training run ... --sweep` against a real server.
 
-    .venv/bin/python bench/sweep.py [--store postgres|sqlite|both] [--jobs N] [--repeat R]
+    .venv/bin/python -m bench.sweep [--store postgres|sqlite|both] [--jobs N] [--repeat R]
 
 For each store a real ``flexai server`` process starts on a throwaway database (``server()`` of
 bench/scale.py). The subject is the wall time of one ``flexai training run NAME --sweep ...``
@@ -28,13 +28,9 @@ from pathlib import Path
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
+from bench.scale import SPEC, raw_commits, server, store_url
 
-from scale import SPEC, raw_commits, server, store_url  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 REPOSITORY = str(SPEC["repository_url"])
 

@@ -12,8 +12,8 @@
    5 values) over ``--log-mib`` MiB (64) of log in 256 KiB chunks, against copying the same
    bytes (the baseline): MiB/s and the ratio.
 
-    .venv/bin/python bench/tenancy.py                  # ~1 minute
-    .venv/bin/python bench/tenancy.py --requests 200 --no-postgres
+    .venv/bin/python -m bench.tenancy                  # ~1 minute
+    .venv/bin/python -m bench.tenancy --requests 200 --no-postgres
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from node_agent.logs.masking import SecretMask
 
-from node_agent.logs.masking import SecretMask  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 POSTGRES = os.environ.get("FLEXAI_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

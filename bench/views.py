@@ -18,8 +18,8 @@ half-way down ``status=stopped`` (a tenth of the jobs), and ``GET /v1/jobs/{name
 random job. Each row prints p50 and p99 in ms and p99 as a ratio to the baseline's; the target
 is p99 <= 10 ms for list and inspect at 100,000 jobs. The server's RSS comes last.
 
-    .venv/bin/python bench/views.py                       # both stores, 100,000 jobs, ~12 min
-    .venv/bin/python bench/views.py --store sqlite --jobs 20000
+    .venv/bin/python -m bench.views                       # both stores, 100,000 jobs, ~12 min
+    .venv/bin/python -m bench.views --store sqlite --jobs 20000
 """
 
 from __future__ import annotations
@@ -41,19 +41,17 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from api.http.cursors import encode_cursor
+from api.settings import Settings
+from bench.seed_shapes import SPEC
+from domain.actors import scheduler, user
+from domain.application import TrainingJobs
+from domain.job import TrainingJob
+from domain.job_name import JobName
+from ledger.database import open_database
+from projections.projector import Projector
 
-from api.http.cursors import encode_cursor  # noqa: E402
-from api.settings import Settings  # noqa: E402
-from domain.actors import scheduler, user  # noqa: E402
-from domain.application import TrainingJobs  # noqa: E402
-from domain.job import TrainingJob  # noqa: E402
-from domain.job_name import JobName  # noqa: E402
-from ledger.database import open_database  # noqa: E402
-from projections.projector import Projector  # noqa: E402
-from projections.seed_shapes import SPEC  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OWNER = "admin"
 """The admin token's user: the server's first token lists these jobs."""

@@ -1,6 +1,6 @@
 """A long queue: what thousands of waiting jobs cost a real ``flexai server`` that schedules them.
 
-    .venv/bin/python bench/waiting.py [--store postgres|sqlite|both] [--waiting N] [--singles M]
+    .venv/bin/python -m bench.waiting [--store postgres|sqlite|both] [--waiting N] [--singles M]
 
 For each store a real server starts on a throwaway database with no node (``server()`` of
 bench/scale.py): every job waits in ``scheduling``. First, as the baseline, ``--singles`` (300)
@@ -21,14 +21,8 @@ from pathlib import Path
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-for entry in (ROOT, HERE):
-    if str(entry) not in sys.path:
-        sys.path.insert(0, str(entry))
-
-from probes import cpu_seconds  # noqa: E402
-from scale import SPEC, server, store_url  # noqa: E402
+from bench.probes import cpu_seconds
+from bench.scale import SPEC, server, store_url
 
 
 def singles(base: str, token: str, prefix: str, count: int) -> float:

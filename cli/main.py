@@ -33,11 +33,14 @@ ACCOUNT_COMMANDS = ("login", "whoami")
 """Top-level commands of their own: ``flexai login``, ``flexai whoami``."""
 
 # `flexai server` and `flexai agent` hand the rest of the command line to these, imported only
-# when they run so that the CLI never pays for FastAPI or the agent's dependencies.
+# when they run so that the CLI never pays for FastAPI or the agent's dependencies, which are
+# extras of the package: `pip install 'flexai-control-plane[server]'` (or `[agent]`).
 EXTERNAL_COMMANDS = {
     "server": ("api.server", "runs the control plane: the HTTP API, scheduler and projections"),
     "agent": ("node_agent.main", "runs a node agent on a GPU host"),
 }
+DISTRIBUTION = "flexai-control-plane"
+OURS = ("api", "node_agent", "cli", "common", "domain", "projections")
 
 
 class Parser(argparse.ArgumentParser):
@@ -150,14 +153,18 @@ def _run_external(command: str, argv: list[str]) -> int:
     module_name = EXTERNAL_COMMANDS[command][0]
     try:
         module = importlib.import_module(module_name)
+        entry = cast(Callable[[list[str]], int], module.main)
+        return int(entry(argv) or 0)
     except ModuleNotFoundError as error:
-        if error.name and module_name.startswith(error.name):
+        missing = (error.name or "").split(".")[0]
+        if not missing or missing in OURS:
             raise CliError(
                 f"`flexai {command}` is not available in this installation (no module {error.name})"
             ) from error
-        raise
-    entry = cast(Callable[[list[str]], int], module.main)
-    return int(entry(argv) or 0)
+        raise CliError(
+            f"`flexai {command}` needs packages this installation lacks (no module {missing}): "
+            f"pip install '{DISTRIBUTION}[{command}]'"
+        ) from error
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -38,9 +38,9 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-# ensure_venv SPEC: make sure .venv exists and holds `pip install -e SPEC` ("." or ".[dev]").
-# The install is skipped while pyproject.toml is unchanged since the last one (a stamp in .venv),
-# so a second run works offline.
+# ensure_venv SPEC: make sure .venv exists and holds `pip install -e SPEC` (".[server,agent]" or
+# ".[dev]", which holds them both). The install is skipped while pyproject.toml is unchanged since
+# the last one (a stamp in .venv), so a second run works offline.
 ensure_venv() {
     local spec=$1 python=${PYTHON:-python3} stamp=.venv/.flexai-installed key
     if ! .venv/bin/python -c 'import sys' >/dev/null 2>&1; then
@@ -62,7 +62,7 @@ ensure_venv() {
     fi
     key="$(sha256sum pyproject.toml | cut -d' ' -f1)"
     if [ -f "$stamp" ] && { grep -qxF "$key $spec" "$stamp" \
-        || { [ "$spec" = . ] && grep -qxF "$key .[dev]" "$stamp"; }; }; then
+        || grep -qxF "$key .[dev]" "$stamp"; }; then
         return 0
     fi
     note "installing the project into .venv (pip install -e '$spec') ..."

@@ -12,8 +12,10 @@ import re
 import threading
 import zipfile
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from tests.fake_http import FakeHandler, serve, server_url
 
 PROBLEM = "https://flexai.dev/problems/"
 
@@ -64,30 +66,17 @@ class ArtifactPlane:
 
 
 def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(FakeHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_GET(self) -> None:
-            self.handle_one("GET")
-
-        def do_POST(self) -> None:
-            self.handle_one("POST")
-
-        def do_PUT(self) -> None:
-            self.handle_one("PUT")
-
-        def do_DELETE(self) -> None:
-            self.handle_one("DELETE")
-
-        def handle_one(self, method: str) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        def answer(self, method: str, body: bytes) -> None:
             with plane.lock:
                 plane.requests.append((method, self.path, self.headers.get("Authorization")))
             path = self.path.split("?")[0]
             if path.startswith("/store/"):
                 self.store(method, path, body)
             elif self.headers.get("Authorization") != f"Bearer {plane.token}":
-                self.json(401, {"type": PROBLEM + "unauthorized", "detail": "no token"})
+                self.send_json(401, {"type": PROBLEM + "unauthorized", "detail": "no token"})
             else:
                 self.api(method, path, body)
 
@@ -104,35 +93,36 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
             elif method == "PUT" and (match := re.fullmatch(r"/v1/agent/uploads/(\w+)/parts/(\d+)",
                                                             path)):  # fmt: skip
                 number = self.take_part(match.group(1), int(match.group(2)), body)
-                self.json(200, {"number": number, "etag": f"local-{number}"})
+                self.send_json(200, {"number": number, "etag": f"local-{number}"})
             elif method == "POST" and (match := re.fullmatch(r"/v1/agent/uploads/(\w+)/complete",
                                                              path)):  # fmt: skip
                 self.complete(match.group(1), json.loads(body))
             elif method == "DELETE" and (match := re.fullmatch(r"/v1/agent/uploads/(\w+)", path)):
                 plane.sessions.pop(match.group(1), None)
-                self.json(200, {"id": match.group(1), "aborted": True})
+                self.send_json(200, {"id": match.group(1), "aborted": True})
             else:
-                self.json(404, {"type": PROBLEM + "not-found", "detail": path})
+                self.send_json(404, {"type": PROBLEM + "not-found", "detail": path})
 
         def begin(self, job_id: str, request: dict[str, Any]) -> None:
             key = (job_id, request["name"], request["node_index"])
             if key in plane.recorded:
-                self.json(200, {"id": None, "part_size": None, "recorded": plane.recorded[key]})
+                recorded = plane.recorded[key]
+                self.send_json(200, {"id": None, "part_size": None, "recorded": recorded})
                 return
             with plane.lock:
                 upload_id = f"u{len(plane.sessions) + len(plane.completed) + 1}"
                 plane.sessions[upload_id] = Session(upload_id, {**request, "job_id": job_id})
-            self.json(201, {"id": upload_id, "part_size": plane.part_size})
+            self.send_json(201, {"id": upload_id, "part_size": plane.part_size})
 
         def targets(self, upload_id: str, numbers: list[int]) -> None:
             if upload_id not in plane.sessions:
-                self.json(404, {"type": PROBLEM + "upload-not-found", "detail": upload_id})
+                self.send_json(404, {"type": PROBLEM + "upload-not-found", "detail": upload_id})
                 return
             base = plane.url if plane.straight_to_store else ""
             where = "/store/parts" if plane.straight_to_store else "/v1/agent/uploads"
             parts = [{"number": n, "url": f"{base}{where}/{upload_id}/parts/{n}?sig=x",
                       "headers": {}} for n in numbers]  # fmt: skip
-            self.json(200, {"parts": parts})
+            self.send_json(200, {"parts": parts})
 
         def take_part(self, upload_id: str, number: int, data: bytes) -> int:
             with plane.lock:
@@ -147,7 +137,7 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
         def complete(self, upload_id: str, request: dict[str, Any]) -> None:
             session = plane.sessions.get(upload_id)
             if session is None:
-                self.json(404, {"type": PROBLEM + "upload-not-found", "detail": upload_id})
+                self.send_json(404, {"type": PROBLEM + "upload-not-found", "detail": upload_id})
                 return
             if session.answer is None:
                 data = b"".join(session.parts[n["number"]] for n in request["parts"])
@@ -161,11 +151,11 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
                 plane.completed.append((begun, files, request))
                 key = (begun["job_id"], begun["name"], begun["node_index"])
                 plane.recorded[key] = session.answer
-            self.json(200, session.answer)
+            self.send_json(200, session.answer)
 
         def download(self, path: str) -> None:
             if path not in plane.objects:
-                self.json(404, {"type": PROBLEM + "not-found", "detail": path})
+                self.send_json(404, {"type": PROBLEM + "not-found", "detail": path})
                 return
             data = plane.objects[path]
             headers = {"X-Flexai-Size": str(len(data))}
@@ -185,7 +175,7 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
 
         def store(self, method: str, path: str, body: bytes) -> None:
             if self.headers.get("Authorization"):
-                self.json(400, {"detail": "a presigned URL takes no other credential"})
+                self.send_json(400, {"detail": "a presigned URL takes no other credential"})
                 return
             with plane.lock:
                 down = plane.store_down_for > 0
@@ -193,10 +183,10 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
                 expired = method == "PUT" and plane.expire_parts > 0
                 plane.expire_parts -= expired
             if down:
-                self.json(503, {"type": PROBLEM + "storage-unavailable", "detail": "away"},
-                          {"Retry-After": "0"})
+                self.send_json(503, {"type": PROBLEM + "storage-unavailable", "detail": "away"},
+                               {"Retry-After": "0"})
             elif expired:
-                self.json(403, {"detail": "Request has expired"})
+                self.send_json(403, {"detail": "Request has expired"})
             elif method == "PUT" and (match := re.fullmatch(r"/store/parts/(\w+)/parts/(\d+)",
                                                             path)):  # fmt: skip
                 number = self.take_part(match.group(1), int(match.group(2)), body)
@@ -207,7 +197,7 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
             elif method == "GET" and path.startswith("/store/objects/"):
                 self.bytes(plane.objects[path.removeprefix("/store/objects")], {})
             else:
-                self.json(404, {"detail": path})
+                self.send_json(404, {"detail": path})
 
         # -- answers --------------------------------------------------------------------
 
@@ -233,22 +223,6 @@ def serve_plane(plane: ArtifactPlane) -> ThreadingHTTPServer:
                 self.wfile.flush()
                 self.close_connection = True
 
-        def json(self, status: int, document: dict[str, Any],
-                 headers: dict[str, str] | None = None) -> None:  # fmt: skip
-            data = json.dumps(document).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    plane.url = f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    server = serve(Handler)
+    plane.url = server_url(server)
     return server

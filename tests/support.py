@@ -1,25 +1,20 @@
 """Helpers shared by the unit and end-to-end tests: real git repositories, minimal wheels,
-a tiny JSON HTTP server, and process checks."""
+and process checks (the fake HTTP server: tests/fake_http.py)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import pwd
 import shutil
-import ssl
 import subprocess
 import tempfile
 import textwrap
-import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from email.message import Message
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -100,61 +95,6 @@ def unzip(archive: Path) -> dict[str, bytes]:
     """Every file of a zip archive, by its name."""
     with zipfile.ZipFile(archive) as bundle:
         return {info.filename: bundle.read(info) for info in bundle.infolist()}
-
-
-# --- a JSON HTTP server -----------------------------------------------------------------------
-
-JsonHandler = Callable[[str, str, Message, bytes], tuple[Any, ...]]
-
-
-def serve_json(handle: JsonHandler, tls: ssl.SSLContext | None = None) -> ThreadingHTTPServer:
-    """A threaded HTTP server on a free local port, started; ``handle(method, path, headers,
-    body)`` answers GET, POST and PUT with a status and a JSON document, and optionally a dict
-    of extra headers (``Retry-After``...). ``tls``: HTTPS with that server context. Call
-    ``shutdown()``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def setup(self) -> None:
-            if tls is not None:  # each connection's handshake in its own thread
-                self.request.do_handshake()
-            super().setup()
-
-        def do_GET(self) -> None:
-            self.answer("GET")
-
-        def do_POST(self) -> None:
-            self.answer("POST")
-
-        def do_PUT(self) -> None:
-            self.answer("PUT")
-
-        def answer(self, method: str) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            status, document, *extra = handle(method, self.path, self.headers, body)
-            data = json.dumps(document).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (extra[0] if extra else {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True,
-                                        do_handshake_on_connect=False)  # fmt: skip
-        server.handle_error = lambda *_: None  # type: ignore[method-assign]  # a refused peer
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    return server
-
-
-def server_url(server: ThreadingHTTPServer) -> str:
-    scheme = "https" if isinstance(server.socket, ssl.SSLSocket) else "http"
-    return f"{scheme}://127.0.0.1:{server.server_address[1]}"
 
 
 # --- the agent's upload protocol, through a test client --------------------------------------

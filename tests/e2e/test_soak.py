@@ -28,7 +28,7 @@ def test_a_short_soak_that_kills_every_part_loses_nothing_and_fails_no_job(
         pytest.skip(absent)
     report_file = tmp_path / "soak.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--jobs", "100", "--duration", "20",
+        [sys.executable, "-m", "bench.soak", "--jobs", "100", "--duration", "20",
          "--fault-every", "5", "--settle", "240", "--fetch-sample", "5", "--dir",
          str(tmp_path / "soak"), "--json", str(report_file)],
         capture_output=True, text=True, timeout=600, cwd=ROOT,

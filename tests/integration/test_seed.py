@@ -1,4 +1,4 @@
-"""The bulk seeder (:mod:`projections.seed`) on each store: what it writes is a ledger that
+"""The bulk seeder (:mod:`bench.seed`) on each store: what it writes is a ledger that
 `admin verify` finds sound, its hash chain included, and views that a rebuild from that ledger
 gives again; commands go on from it as from any ledger."""
 
@@ -18,10 +18,10 @@ from pydantic import SecretStr
 from api.ledger.verify import verify_ledger
 from api.services import Services, build_services
 from api.settings import Settings
+from bench.seed import job_name, seed_jobs
 from domain.actors import user
 from domain.errors import DomainError, NameTaken
 from projections import bulk
-from projections.seed import job_name, seed_jobs
 from tests.integration.conftest import job_spec
 from tests.integration.test_ledger_format import new_key, open_services, raw_states
 from tests.integration.test_rebuild_views import dump, workload
@@ -129,7 +129,7 @@ import sys
 from api.settings import Settings
 from domain.application import TrainingJobs
 from ledger.database import open_database
-from projections.seed import seed_jobs
+from bench.seed import seed_jobs
 
 def seed():
     settings = Settings(data_dir=sys.argv[1])

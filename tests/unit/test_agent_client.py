@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from node_agent.client import ApiUnavailable, ControlPlaneClient, NodeTaken
-from tests.support import serve_json, server_url
+from tests.fake_http import serve_json, server_url
 
 STORAGE_UNAVAILABLE = {
     "type": "https://flexai.dev/problems/storage-unavailable",

@@ -16,7 +16,8 @@ import pytest
 from node_agent.client import ControlPlaneClient
 from node_agent.logs import shipper as logship
 from node_agent.logs.shipper import LogShipper
-from tests.support import serve_json, server_url, wait_until
+from tests.fake_http import serve_json, server_url
+from tests.support import wait_until
 
 
 class LogStore:

@@ -20,7 +20,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from node_agent.main import main
-from tests.support import alive, job_repo, serve_json, server_url, wait_until
+from tests.fake_http import serve_json, server_url
+from tests.support import alive, job_repo, wait_until
 
 NEXT_STATUS = {
     "built": "in progress",  # every job gets accelerator 0 at once

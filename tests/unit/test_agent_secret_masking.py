@@ -16,7 +16,7 @@ from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 from node_agent.logs.masking import SecretMask, mask_all
 from node_agent.logs.shipper import LogShipper
 from node_agent.models import Assignment, JobSpec
-from tests.support import serve_json, server_url
+from tests.fake_http import serve_json, server_url
 from tests.unit.test_agent_logship import LogStore, serve
 
 TOKEN = "hf_3xAmpLeT0kEn"

@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -18,6 +16,7 @@ import pytest
 import cli.client.api as cli_api
 import cli.client.http
 from cli.main import main
+from tests.fake_http import FakeHandler, serve, server_url
 
 PROBLEM = "application/problem+json"
 TOKEN = "test-token"
@@ -32,7 +31,7 @@ class Seen:
     body: bytes
 
 
-Handler = Callable[[BaseHTTPRequestHandler, Seen], None]
+Handler = Callable[[FakeHandler, Seen], None]
 
 
 @dataclass
@@ -52,8 +51,8 @@ class FakeControlPlane:
             payload = json.dumps(body).encode()
             kind = content_type or (PROBLEM if status >= 400 else "application/json")
 
-        def handle(handler: BaseHTTPRequestHandler, _: Seen) -> None:
-            send(handler, status, kind, payload)
+        def handle(handler: FakeHandler, _: Seen) -> None:
+            handler.send(status, kind, payload)
 
         self.routes[(method, path)] = handle
 
@@ -66,6 +65,24 @@ class FakeControlPlane:
         }
         self.answer(method, path, status, body)
 
+    def handler(self) -> type[FakeHandler]:
+        """Each request recorded, then routed (404 when no route is set)."""
+        plane = self
+
+        class Routed(FakeHandler):
+            def answer(self, method: str, body: bytes) -> None:
+                parts = urlsplit(self.path)
+                seen = Seen(method, parts.path, parse_qs(parts.query), dict(self.headers.items()),
+                            body)  # fmt: skip
+                plane.seen.append(seen)
+                route = plane.routes.get((method, parts.path))
+                if route is None:
+                    self.send(404, PROBLEM, b'{"detail": "no such route in the fake"}')
+                else:
+                    route(self, seen)
+
+        return Routed
+
 
 def checkout(root: Path) -> str:
     """A git checkout's root to give as ``-u`` (the CLI checks that it is one)."""
@@ -73,48 +90,11 @@ def checkout(root: Path) -> str:
     return str(root / "repo")
 
 
-def send(handler: BaseHTTPRequestHandler, status: int, kind: str, payload: bytes) -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Type", kind)
-    handler.send_header("Content-Length", str(len(payload)))
-    handler.end_headers()
-    handler.wfile.write(payload)
-
-
-def handler_class(plane: FakeControlPlane) -> type[BaseHTTPRequestHandler]:
-    class Answer(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            seen = Seen(
-                self.command,
-                parts.path,
-                parse_qs(parts.query),
-                dict(self.headers.items()),
-                self.rfile.read(length),
-            )
-            plane.seen.append(seen)
-            route = plane.routes.get((self.command, parts.path))
-            if route is None:
-                send(self, 404, PROBLEM, b'{"detail": "no such route in the fake"}')
-            else:
-                route(self, seen)
-
-        do_GET = do_POST = do_DELETE = _serve
-
-    return Answer
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[FakeControlPlane]:
     fake = FakeControlPlane()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_class(fake))
-    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
+    httpd = serve(fake.handler())
+    fake.url = server_url(httpd)
     yield fake
     httpd.shutdown()
     httpd.server_close()
@@ -407,9 +387,9 @@ def test_an_empty_log_is_explained_on_stderr_and_stdout_stays_empty(
 def test_logs_of_a_multi_node_job_prefix_each_line_with_its_node_index(
     plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    def logs(handler: FakeHandler, seen: Seen) -> None:
         node = seen.query.get("node_index", ["0"])[0]
-        send(handler, 200, "text/plain", f"rank {node} up\nrank {node} done".encode())
+        handler.send(200, "text/plain", f"rank {node} up\nrank {node} done".encode())
 
     plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
     placements = [{"index": 0}, {"index": 1}]
@@ -429,7 +409,7 @@ def test_logs_of_a_multi_node_job_prefix_each_line_with_its_node_index(
 def test_following_logs_resumes_at_the_byte_reached_after_a_dropped_connection(
     plane: FakeControlPlane, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    def logs(handler: FakeHandler, seen: Seen) -> None:
         if seen.query["offset"] == ["0"]:
             handler.send_response(200)
             handler.send_header("Content-Type", "text/plain")
@@ -438,7 +418,7 @@ def test_following_logs_resumes_at_the_byte_reached_after_a_dropped_connection(
             handler.wfile.write(b"line 1\n")
             handler.close_connection = True
         else:
-            send(handler, 200, "text/plain", b"line 2\n")
+            handler.send(200, "text/plain", b"line 2\n")
 
     plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
     plane.answer("GET", "/v1/jobs/my-job", 200, {"status": "succeeded"})
@@ -456,13 +436,13 @@ def test_following_logs_resumes_when_the_server_ends_the_stream_of_a_running_job
     """A restarting server closes its follow streams cleanly; the job is not over, so the
     client asks again from the byte it reached."""
 
-    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        send(handler, 200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else b"")
+    def logs(handler: FakeHandler, seen: Seen) -> None:
+        handler.send(200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else b"")
 
     statuses = iter(["in progress", "in progress", "succeeded"])
 
-    def job(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        send(handler, 200, "application/json", json.dumps({"status": next(statuses)}).encode())
+    def job(handler: FakeHandler, seen: Seen) -> None:
+        handler.send(200, "application/json", json.dumps({"status": next(statuses)}).encode())
 
     plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
     plane.routes[("GET", "/v1/jobs/my-job")] = job
@@ -477,18 +457,18 @@ def test_following_logs_outlives_a_server_that_goes_away_just_after_ending_the_s
     """A stopping server ends its follow streams, then stops answering: the status check that
     follows fails like a dropped stream, and is retried, not reported as an error."""
 
-    def logs(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
-        send(handler, 200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else
+    def logs(handler: FakeHandler, seen: Seen) -> None:
+        handler.send(200, "text/plain", b"line 1\n" if seen.query["offset"] == ["0"] else
              b"line 2\n")  # fmt: skip
 
     statuses = iter(["in progress", None, "succeeded"])  # the first: how many nodes it has
 
-    def job(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    def job(handler: FakeHandler, seen: Seen) -> None:
         status = next(statuses)
         if status is None:  # gone: the connection closes with no answer
             handler.close_connection = True
             return
-        send(handler, 200, "application/json", json.dumps({"status": status}).encode())
+        handler.send(200, "application/json", json.dumps({"status": status}).encode())
 
     plane.routes[("GET", "/v1/jobs/my-job/logs")] = logs
     plane.routes[("GET", "/v1/jobs/my-job")] = job
@@ -569,7 +549,7 @@ def test_a_download_cut_short_again_and_again_leaves_no_half_file(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setattr(cli_api, "FETCH_PATIENCE_S", 0.5)  # tries again after each cut, a while
-    def cut(handler: BaseHTTPRequestHandler, _: Seen) -> None:
+    def cut(handler: FakeHandler, _: Seen) -> None:
         handler.send_response(200)
         handler.send_header("Content-Type", "application/zip")
         handler.send_header("Content-Length", "5000")
@@ -592,14 +572,9 @@ def test_fetch_refuses_bytes_that_differ_from_the_recorded_sha256_naming_both(
     archive = b"PK\x05\x06" + bytes(18)
     recorded = "ab" * 32
 
-    def altered(handler: BaseHTTPRequestHandler, _: Seen) -> None:
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/zip")
-        handler.send_header("Content-Length", str(len(archive)))
-        handler.send_header("X-Flexai-Size", str(len(archive)))
-        handler.send_header("X-Flexai-Sha256", recorded)
-        handler.end_headers()
-        handler.wfile.write(archive)
+    def altered(handler: FakeHandler, _: Seen) -> None:
+        handler.send(200, "application/zip", archive,
+                     {"X-Flexai-Size": str(len(archive)), "X-Flexai-Sha256": recorded})
 
     plane.routes[("GET", "/v1/jobs/my-job/outputs/0")] = altered
     code = main(["training", "fetch", "my-job", "--node-index", "0", "--output-dir", str(tmp_path)])

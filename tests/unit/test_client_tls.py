@@ -21,7 +21,7 @@ from cli.main import main as flexai
 from common import tls
 from node_agent.client import ApiUnavailable, ControlPlaneClient
 from node_agent.main import main as agent_main
-from tests.support import serve_json, server_url
+from tests.fake_http import serve_json, server_url
 from tests.tls import TestCA
 
 ME = pwd.getpwuid(os.geteuid()).pw_name

@@ -1,4 +1,4 @@
-"""The bulk seeder's templates (:mod:`projections.seed`), and the check of what it makes from
+"""The bulk seeder's templates (:mod:`bench.seed`), and the check of what it makes from
 them.
 
 Each job the seeder writes is one of two shapes, both made once here by the domain's own
@@ -22,12 +22,12 @@ from typing import Any
 from eventsourcing.application import Application
 from eventsourcing.persistence import Mapper, StoredEvent
 
+from bench.seed_writes import Batch
 from domain.actors import scheduler, user
 from domain.job import TrainingJob
 from domain.job_name import JobName
 from ledger.chain import GENESIS, event_hash
 from ledger.database import SQLiteDatabase
-from projections.seed_writes import Batch
 from projections.views import fold_job_event, job_rows
 
 SPEC: dict[str, Any] = {

@@ -3,11 +3,11 @@ views, thousands of jobs a second (``bench/million.py``, and tests of big stores
 
 What it writes is what the commands write: each job is filled in from one of two templates
 that the domain's own commands, the application's mapper and the views' own fold made
-(:mod:`projections.seed_shapes`), and the first job of each shape is checked against the real
+(:mod:`bench.seed_shapes`), and the first job of each shape is checked against the real
 thing before anything is written.
 
 Rows go in big batches, one transaction each (PostgreSQL: ``COPY``; SQLite: ``executemany``;
-see :mod:`projections.seed_writes`), holding the ledger's write lock as the recorders do: the
+see :mod:`bench.seed_writes`), holding the ledger's write lock as the recorders do: the
 events, their chain rows (:mod:`ledger.chain`: each event's hash, the running digest), and
 the views' rows with their tracking position, so that views and ledger move together. The views
 must have caught up with the ledger first (the seeder catches them up), and no server should be
@@ -35,14 +35,14 @@ from typing import Any
 
 from eventsourcing.application import Application
 
+from bench.seed_shapes import Shape, check_job, make_shape
+from bench.seed_writes import VIEWS, Batch, open_writer
 from domain.ids import time_ordered_id
 from domain.job_name import JobName
 from ledger.chain import _DOMAIN as _CHAIN_DOMAIN
 from ledger.chain import ledger_digest
 from ledger.database import Database, SQLiteDatabase
 from projections.projector import Projector
-from projections.seed_shapes import Shape, check_job, make_shape
-from projections.seed_writes import VIEWS, Batch, open_writer
 
 BATCH = 10_000
 """Jobs per transaction."""

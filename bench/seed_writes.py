@@ -1,4 +1,4 @@
-"""Where the bulk seeder (:mod:`projections.seed`) writes: one transaction per batch of jobs,
+"""Where the bulk seeder (:mod:`bench.seed`) writes: one transaction per batch of jobs,
 holding the ledger's write lock as the recorders do (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL:
 ``LOCK TABLE ... IN EXCLUSIVE MODE``), with the events, their chain rows and the views' rows
 (SQLite: ``executemany``; PostgreSQL: ``COPY``) and the views' tracking position."""
