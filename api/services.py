@@ -13,6 +13,7 @@ from api.artifacts.local import LocalArtifactStore
 from api.artifacts.settling import LogSettler
 from api.artifacts.store import ArtifactStore
 from api.artifacts.uploads import UploadSessions
+from api.debug.orphans import OrphanParts
 from api.debug.presence import FilePresence, LocalPresence, PostgresPresence, Presence
 from api.debug.sessions import DebugSessions
 from api.http.metrics import ServerMetrics
@@ -20,9 +21,11 @@ from api.identity.identities import Identities
 from api.identity.secrets import SecretStore, open_secret_store
 from api.identity.sessions import Sessions
 from api.ledger.format import check_ledger_format
+from api.ledger.parts import LedgerParts
 from api.scheduling.assignments import AssignmentWaiters
 from api.scheduling.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.scheduling.nodes import OperationalState
+from api.scheduling.parts import SchedulingParts
 from api.scheduling.waits import Waits
 from api.settings import Settings
 from domain.application import TrainingJobs
@@ -79,6 +82,24 @@ class Services:
     """Rebuilds the views from the ledger (``flexai admin rebuild-projections``)."""
     closers: list[Callable[[], None]] = field(default_factory=list)
     """What else ends with the services (background threads of the parts)."""
+
+    def scheduling(self) -> SchedulingParts:
+        """What the scheduler uses (its deadlines and its view of the fleet too)."""
+        return SchedulingParts(
+            jobs=self.jobs, queries=self.queries, state=self.state, waits=self.waits,
+            projector=self.projector, quotas=self.identities.quotas,
+            rounds=self.metrics.scheduler_rounds.time, leader_lock=self.leader_lock,
+            wakeup=self.scheduler_wakeup, leading=self.scheduler_leader, settings=self.settings,
+        )  # fmt: skip
+
+    def orphans(self) -> OrphanParts:
+        """What closing the debug sessions of dead servers uses."""
+        return OrphanParts(self.jobs, self.queries, self.projector, self.presence)
+
+    def ledger_parts(self) -> LedgerParts:
+        """What `admin verify` and `admin purge` use."""
+        return LedgerParts(self.jobs, self.database, self.projector, self.queries,
+                           self.artifacts)  # fmt: skip
 
     def close(self) -> None:
         for close in self.closers:

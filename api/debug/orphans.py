@@ -16,13 +16,17 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from api.services import Services
+from api.debug.presence import Presence
 from domain.actors import scheduler
+from domain.application import TrainingJobs
 from domain.errors import DomainError
+from projections.projector import Projector
+from projections.queries import Queries
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,19 @@ ENDED_GRACE_S = 30.0
 """How long after its job ended a session that a live server relays may stay open."""
 
 
+@dataclass(frozen=True)
+class OrphanParts:
+    """What closing orphaned sessions uses: the ledger's commands, the views, the servers'
+    presence."""
+
+    jobs: TrainingJobs
+    queries: Queries
+    projector: Projector
+    presence: Presence
+
+
 def close_orphaned_sessions(
-    services: Services, now: datetime | None = None, suspects: set[str] | None = None
+    parts: OrphanParts, now: datetime | None = None, suspects: set[str] | None = None
 ) -> int:
     """Close every orphaned session in the ledger, and wait until the views show it; returns
     how many this call closed.
@@ -45,9 +60,9 @@ def close_orphaned_sessions(
     only when it was dead then too: a server whose presence went with the database for a
     moment holds it again by then. ``suspects`` becomes the relays found dead now."""
     now = now or datetime.now(UTC)
-    sessions = services.queries.open_debug_sessions()
+    sessions = parts.queries.open_debug_sessions()
     relays = {row["relay"] for row in sessions if row["relay"]}
-    alive = services.presence.alive(relays) if relays else set()
+    alive = parts.presence.alive(relays) if relays else set()
     if suspects is not None:
         dead = relays - alive
         alive |= dead - suspects
@@ -60,7 +75,7 @@ def close_orphaned_sessions(
             continue
         seconds = (now - datetime.fromisoformat(row["opened_at"])).total_seconds()
         try:
-            outcome = services.jobs.close_debug_session(UUID(row["job_id"]), row["id"], reason,
+            outcome = parts.jobs.close_debug_session(UUID(row["job_id"]), row["id"], reason,
                                                         seconds, scheduler())  # fmt: skip
         except DomainError as error:
             log.warning("debug session %s of job %s stays open: %s", row["id"], row["job_id"],
@@ -70,7 +85,7 @@ def close_orphaned_sessions(
             closed, position = closed + 1, outcome.position
             log.info("debug session %s of job %s closed: %s", row["id"], row["job_id"], reason)
     if position is not None:
-        services.projector.wait(position)
+        parts.projector.wait(position)
     return closed
 
 
@@ -83,14 +98,14 @@ def _why_orphaned(row: dict[str, Any], alive: set[str], now: datetime) -> str | 
     return None
 
 
-def close_at_start(services: Services) -> None:
+def close_at_start(parts: OrphanParts) -> None:
     """As a server starts, before it serves: take its presence, close what dead servers left
     open. Neither stops the start when the database is away (the leader's sweep does it later,
     and a session cannot be opened without the presence)."""
     try:
-        services.presence.hold()
-        if services.projector.halted is None:
-            close_orphaned_sessions(services)
+        parts.presence.hold()
+        if parts.projector.halted is None:
+            close_orphaned_sessions(parts)
     except Exception:
         log.exception("closing the debug sessions dead servers left open failed")
 
@@ -99,8 +114,8 @@ class OrphanSweep:
     """The scheduling server's periodic sweep (a replica that died and never came back leaves
     no session open for more than two sweeps); each run survives its own errors."""
 
-    def __init__(self, services: Services, every_s: float = SWEEP_EVERY_S) -> None:
-        self.services = services
+    def __init__(self, parts: OrphanParts, every_s: float = SWEEP_EVERY_S) -> None:
+        self.parts = parts
         self.every_s = every_s
         self._due = 0.0
         self._suspects: set[str] = set()
@@ -110,7 +125,7 @@ class OrphanSweep:
             return
         self._due = time.monotonic() + self.every_s
         try:
-            close_orphaned_sessions(self.services, suspects=self._suspects)
+            close_orphaned_sessions(self.parts, suspects=self._suspects)
         except Exception:
             log.exception("closing orphaned debug sessions failed; trying again in %g s",
                           self.every_s)  # fmt: skip

@@ -36,13 +36,14 @@ from projections.projector import ProjectionHalted
 
 def create_app(services: Services, *, background: bool = True) -> FastAPI:
     """Routes, problem handlers, and (with ``background``) the projector and scheduler."""
-    scheduler = Scheduler(services, chores=[OrphanSweep(services).run_if_due])
+    sweep = OrphanSweep(services.orphans())  # on the leader, each round (it keeps its pace)
+    scheduler = Scheduler(services.scheduling(), chores=[sweep.run_if_due])
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         with suppress(ProjectionHalted):  # the server starts anyway: health and metrics say why
             services.projector.catch_up()
-        close_at_start(services)  # the debug sessions of servers killed meanwhile
+        close_at_start(services.orphans())  # the debug sessions of servers killed meanwhile
         if background:
             services.projector.start(services.settings.projection_interval_s)
             scheduler.start()

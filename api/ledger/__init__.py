@@ -2,4 +2,4 @@
 which recomputes the hash chain, compares every job folded from the ledger with the views and
 looks for every artifact the ledger names in the store; `admin purge`, which removes deleted
 jobs' artifacts and records it.
-Imports: api.artifacts, api.services, domain, ledger, projections."""
+Imports: api.artifacts, domain, ledger, projections."""

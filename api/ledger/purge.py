@@ -14,23 +14,23 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from api.services import Services
+from api.ledger.parts import LedgerParts
 from domain.actors import Actor
 
 
-def purge_deleted(services: Services, before: datetime, by: Actor) -> list[dict[str, Any]]:
+def purge_deleted(parts: LedgerParts, before: datetime, by: Actor) -> list[dict[str, Any]]:
     """Purge the artifacts of every job deleted before ``before`` (aware) and not purged yet;
     what was purged, oldest deletion first."""
     purged = []
-    for document in services.queries.deleted_jobs():
+    for document in parts.queries.deleted_jobs():
         deleted_at = datetime.fromisoformat(document["deleted_at"])
         if deleted_at >= before or document.get("artifacts_purged"):
             continue
-        objects = services.artifacts.delete_job(document["id"])
-        outcome = services.jobs.purge_artifacts(UUID(document["id"]), objects, by=by)
+        objects = parts.artifacts.delete_job(document["id"])
+        outcome = parts.jobs.purge_artifacts(UUID(document["id"]), objects, by=by)
         if outcome.position is None:  # another purge recorded it meanwhile
             continue
-        services.projector.wait(outcome.position)
+        parts.projector.wait(outcome.position)
         purged.append({"id": document["id"], "owner": document["owner"],
                        "name": document["name"], "deleted_at": document["deleted_at"],
                        "objects": objects})  # fmt: skip

@@ -11,7 +11,7 @@ from uuid import UUID
 from eventsourcing.application import AggregateNotFoundError
 
 from api.ledger.artifact_check import Artifact, Depth, ledger_artifacts, problem_of
-from api.services import Services
+from api.ledger.parts import LedgerParts
 from domain.job import TrainingJob
 from domain.topics import JOB_EVENT_TOPICS
 from ledger.chain import RawEvent, chain_rows, is_chained, raw_events, verify_chain
@@ -22,11 +22,11 @@ MAX_DIFFERENCES = 50
 
 
 def verify_ledger(
-    services: Services, expect_digest: str | None = None, artifacts: Depth = "shallow"
+    parts: LedgerParts, expect_digest: str | None = None, artifacts: Depth = "shallow"
 ) -> dict[str, Any]:
-    recorder = services.jobs.recorder
+    recorder = parts.jobs.recorder
     head = recorder.max_notification_id() or 0  # type: ignore[attr-defined]
-    services.projector.wait(head)
+    parts.projector.wait(head)
     job_ids: set[str] = set()
 
     def events() -> Iterator[RawEvent]:
@@ -56,47 +56,47 @@ def verify_ledger(
             "the ledger (and its chain) changed since that digest was taken"
         )
     answer["jobs"] = len(job_ids)
-    answer["view_differences"] = _view_differences(services, job_ids)
-    answer.update(_artifact_problems(services, artifacts))
+    answer["view_differences"] = _view_differences(parts, job_ids)
+    answer.update(_artifact_problems(parts, artifacts))
     answer["ok"] = not (answer["ledger_problems"] or answer["view_differences"]
                         or answer["artifact_problems"])  # fmt: skip
     return answer
 
 
-def _artifact_problems(services: Services, depth: Depth) -> dict[str, Any]:
+def _artifact_problems(parts: LedgerParts, depth: Depth) -> dict[str, Any]:
     """Each artifact the ledger names that the store lacks or holds altered: its job (or
     dataset), kind and key, and what is wrong."""
-    named = ledger_artifacts(services.jobs) if depth != "none" else []
+    named = ledger_artifacts(parts.jobs) if depth != "none" else []
     problems = []
     for artifact in named:
-        problem = problem_of(services.artifacts, artifact, depth)
+        problem = problem_of(parts.artifacts, artifact, depth)
         if problem is not None:
-            problems.append({**_whose(services, artifact), "kind": artifact.kind,
+            problems.append({**_whose(parts, artifact), "kind": artifact.kind,
                              "key": artifact.key, "problem": problem})  # fmt: skip
     return {"artifacts": depth, "artifacts_checked": len(named), "artifact_problems": problems}
 
 
-def _whose(services: Services, artifact: Artifact) -> dict[str, str | None]:
+def _whose(parts: LedgerParts, artifact: Artifact) -> dict[str, str | None]:
     if artifact.job_id is None:
         return {"job": None, "name": artifact.dataset}
-    document = services.queries.job(artifact.job_id)
+    document = parts.queries.job(artifact.job_id)
     return {"job": artifact.job_id, "name": document["name"] if document else None}
 
 
-def _view_differences(services: Services, hex_ids: set[str]) -> list[str]:
-    with services.database.transaction() as cursor:
+def _view_differences(parts: LedgerParts, hex_ids: set[str]) -> list[str]:
+    with parts.database.transaction() as cursor:
         cursor.execute("SELECT id, owner, name, status, node, deleted_at FROM job_list")
         rows = {str(row["id"]): row for row in cursor.fetchall()}
     job_ids = {str(UUID(hex_id)) for hex_id in hex_ids}
     differences = []
     for job_id in sorted(job_ids | set(rows)):
-        said = _compare(services, job_id, rows.get(job_id))
+        said = _compare(parts, job_id, rows.get(job_id))
         if said:  # again once the views caught up: a job that changed meanwhile is no fault
-            services.projector.wait(services.jobs.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
-            with services.database.transaction() as cursor:
+            parts.projector.wait(parts.jobs.recorder.max_notification_id() or 0)  # type: ignore[attr-defined]
+            with parts.database.transaction() as cursor:
                 cursor.execute("SELECT id, owner, name, status, node, deleted_at FROM job_list "
                                "WHERE id = ?", (job_id,))  # fmt: skip
-                said = _compare(services, job_id, cursor.fetchone())
+                said = _compare(parts, job_id, cursor.fetchone())
         differences.extend(said)
         if len(differences) >= MAX_DIFFERENCES:
             differences.append(f"(stopped after {MAX_DIFFERENCES} differences)")
@@ -104,9 +104,9 @@ def _view_differences(services: Services, hex_ids: set[str]) -> list[str]:
     return differences
 
 
-def _compare(services: Services, job_id: str, row: Any) -> list[str]:
+def _compare(parts: LedgerParts, job_id: str, row: Any) -> list[str]:
     try:
-        job: TrainingJob = services.jobs.repository.get(UUID(job_id), version=LATEST)
+        job: TrainingJob = parts.jobs.repository.get(UUID(job_id), version=LATEST)
     except AggregateNotFoundError:
         job = None  # type: ignore[assignment]
     except Exception as error:  # noqa: BLE001 - an event the ledger cannot read or apply

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
-from api.services import Services
+from api.scheduling.parts import SchedulingParts
 from common.durations import human_duration
+from domain.application import TrainingJobs
 from domain.errors import DomainError
 from domain.statuses import Status
 
@@ -28,19 +29,19 @@ def attempt(command: Callable[..., object], *args: object) -> bool:
     return True
 
 
-def lose_silent_nodes(services: Services, started_at: datetime) -> None:
+def lose_silent_nodes(parts: SchedulingParts, started_at: datetime) -> None:
     """Jobs on nodes silent past their lease (counted from ``started_at``, when this server
     began to schedule) fail ``node_lost``, or look for other nodes when they only waited."""
-    timeout = services.settings.node_timeout_s
+    timeout = parts.settings.node_timeout_s
     now = datetime.now(UTC)
     if now - started_at < timedelta(seconds=timeout):
         return  # a lease runs only while this server does: agents wait out its restart
-    seen = services.state.last_seen()
-    for row in services.queries.nodes():
+    seen = parts.state.last_seen()
+    for row in parts.queries.nodes():
         last = seen.get(row["id"])
         if last is not None and now - datetime.fromisoformat(last) < timedelta(seconds=timeout):
             continue
-        job_ids = services.queries.jobs_on_node(row["id"])
+        job_ids = parts.queries.jobs_on_node(row["id"])
         if not job_ids:
             continue
         message = (
@@ -48,24 +49,24 @@ def lose_silent_nodes(services: Services, started_at: datetime) -> None:
             f"{timeout:g} s before {now.isoformat(timespec='seconds')}"
         )
         log.warning("%s; %d job(s) there", message, len(job_ids))
-        move_jobs_off(services, row["id"], job_ids, message)
+        move_jobs_off(parts.jobs, row["id"], job_ids, message)
 
 
-def move_jobs_off(services: Services, node_id: str, job_ids: list[str], message: str,
+def move_jobs_off(jobs: TrainingJobs, node_id: str, job_ids: list[str], message: str,
                   left: str | None = None) -> None:  # fmt: skip
     """The node's jobs move on as from a lost node (``left``: its name, when its agent said it
     stopped and ended their processes; see ``TrainingJobs.node_lost``)."""
     for job_id in job_ids:
-        attempt(services.jobs.node_lost, UUID(job_id), node_id, message, left)
+        attempt(jobs.node_lost, UUID(job_id), node_id, message, left)
 
 
-def end_overdue(services: Services) -> None:
+def end_overdue(parts: SchedulingParts) -> None:
     """Stops no node confirmed in time fail, and jobs past their time limit whose node did not
     end them fail ``time_limit_exceeded``."""
-    confirm = services.settings.stop_confirm_timeout_s
+    confirm = parts.settings.stop_confirm_timeout_s
     now = datetime.now(UTC)
-    for row in services.queries.jobs_in([Status.STOP_IN_PROGRESS, Status.IN_PROGRESS]):
-        document = services.queries.job(row["id"])
+    for row in parts.queries.jobs_in([Status.STOP_IN_PROGRESS, Status.IN_PROGRESS]):
+        document = parts.queries.job(row["id"])
         if document is None:
             continue
         grace = document["spec"].get("stop_grace_s")
@@ -76,7 +77,7 @@ def end_overdue(services: Services) -> None:
                                            or row["updated_at"])  # fmt: skip
             if now - asked > timedelta(seconds=margin):
                 nodes = ", ".join(p["node"] for p in document.get("placements", [])) or "-"
-                attempt(services.jobs.fail_stop, job_id,
+                attempt(parts.jobs.fail_stop, job_id,
                         f"no node confirmed the stop within {margin:g} s of the request; "
                         f"the job's processes may still run on {nodes}")  # fmt: skip
             continue
@@ -87,6 +88,6 @@ def end_overdue(services: Services) -> None:
             and started
             and now - datetime.fromisoformat(started) > timedelta(seconds=limit + margin)
         ):
-            attempt(services.jobs.fail_overdue, job_id,
+            attempt(parts.jobs.fail_overdue, job_id,
                     f"the job ran past its time limit of {human_duration(limit)} and its "
                     f"node did not end it within {margin:g} s")  # fmt: skip

@@ -11,14 +11,15 @@ summed again every ``USAGE_EVERY_S``; quotas are read every round.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from api.services import Services
 from domain.policy import HALF_LIFE_S, Lined, Queued, Running, decayed_usage
 from domain.sharing import preemptible, rank_of
 from domain.statuses import Status
+from projections.queries import Queries
 
 USAGE_EVERY_S = 10.0
 USAGE_WINDOW_HALF_LIVES = 10
@@ -36,8 +37,9 @@ def _epoch(moment: str) -> float:
 class Fleet:
     """One round's view of the fleet, and what stays true from round to round."""
 
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(self, queries: Queries, quotas: Callable[[], dict[str, int]],
+                 preempt_after_s: float | None) -> None:  # fmt: skip
+        self.queries, self.preempt_after_s, self._quotas = queries, preempt_after_s, quotas
         self._static: dict[str, tuple[str, int, bool]] = {}
         """job id -> (owner, priority rank, preemptible): they never change."""
         self._usage: tuple[float, dict[str, float]] = (0.0, {})
@@ -50,7 +52,7 @@ class Fleet:
     def static(self, job_ids: list[str]) -> dict[str, tuple[str, int, bool]]:
         unknown = [job_id for job_id in job_ids if job_id not in self._static]
         for start in range(0, len(unknown), 500):
-            for job_id, document in self.services.queries.jobs(unknown[start:start + 500]).items():
+            for job_id, document in self.queries.jobs(unknown[start:start + 500]).items():
                 spec = document["spec"]
                 self._static[job_id] = (document["owner"], rank_of(spec), preemptible(spec))
         return self._static
@@ -91,16 +93,16 @@ class Fleet:
         running jobs only when one of them may be preempted (a job of higher priority is in
         line): when each started, and whether a preemption is under way."""
         by_job: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for row in self.services.queries.on_nodes():
+        for row in self.queries.on_nodes():
             by_job[str(row["job_id"])].append(row)
         static = self.static(list(by_job))
         known = {job_id: rows for job_id, rows in by_job.items() if job_id in static}
         holding = {job_id for job_id, rows in known.items() if rows[0]["status"] in HOLDS}
         waiting = [job_id for job_id in known if job_id not in holding]
         top = max((static[job_id][1] for job_id in waiting), default=-1)
-        exposed = self.services.settings.preempt_after_s is not None and any(
+        exposed = self.preempt_after_s is not None and any(
             static[job_id][2] and static[job_id][1] < top for job_id in holding)
-        self.documents = self.services.queries.jobs(
+        self.documents = self.queries.jobs(
             waiting + (sorted(holding) if exposed else []))
         lined: list[Lined] = []
         running: list[Running] = []
@@ -131,7 +133,7 @@ class Fleet:
         if now - at >= USAGE_EVERY_S:
             since = datetime.fromtimestamp(now, UTC) - timedelta(
                 seconds=HALF_LIFE_S * USAGE_WINDOW_HALF_LIVES)
-            rows = self.services.queries.usage_intervals(since.isoformat())
+            rows = self.queries.usage_intervals(since.isoformat())
             usage = decayed_usage(
                 ((row["owner"], int(row["accels"]), _epoch(row["started_at"]),
                   _epoch(row["ended_at"]) if row["ended_at"] else None) for row in rows),
@@ -142,7 +144,7 @@ class Fleet:
 
     def quotas(self) -> dict[str, int]:
         """Read every round (one small query): a quota set holds from the next round on."""
-        return self.services.identities.quotas()
+        return self._quotas()
 
 
 def _lined_since(document: dict[str, Any]) -> str:

@@ -36,8 +36,8 @@ from api.scheduling.deadlines import attempt, end_overdue, lose_silent_nodes
 from api.scheduling.fleet import Fleet
 from api.scheduling.leadership import RETRY_S, LeaderLock
 from api.scheduling.line import WaitingLine
+from api.scheduling.parts import SchedulingParts
 from api.scheduling.reasons import enqueued_wait, node_wait, scheduling_wait
-from api.services import Services
 from domain.policy import Preempt, plan
 from domain.scheduling import Assign, NodeCapacity, Reject, choose_node
 from domain.statuses import Status
@@ -65,8 +65,8 @@ Command = tuple[Callable[..., object], tuple[object, ...]]
 
 
 class Scheduler:
-    def __init__(self, services: Services, chores: Sequence[Callable[[], None]] = ()) -> None:
-        self.services = services
+    def __init__(self, parts: SchedulingParts, chores: Sequence[Callable[[], None]] = ()) -> None:
+        self.parts = parts
         self.chores = tuple(chores)
         """Called every round on the leader (each keeps its own pace), such as the sweep that
         closes the debug sessions of servers that died (:mod:`api.debug.orphans`)."""
@@ -75,10 +75,10 @@ class Scheduler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._savers = ThreadPoolExecutor(SAVES_AT_ONCE, thread_name_prefix="scheduler-save")
-        self.fleet = Fleet(services)
-        self.line = WaitingLine(services.queries)
+        self.fleet = Fleet(parts.queries, parts.quotas, parts.settings.preempt_after_s)
+        self.line = WaitingLine(parts.queries)
         self.arrivals = Arrivals()
-        services.projector.listeners += [self.arrivals.on_events, self.line.on_events]
+        parts.projector.listeners += [self.arrivals.on_events, self.line.on_events]
         self._held: dict[str, int] = {}
         """What each owner's jobs held or were placed for at the last round's start."""
         self._planned: tuple[int, frozenset[str], dict[str, int]] | None = None
@@ -91,15 +91,15 @@ class Scheduler:
         """How many jobs wait to be placed, at the last plan."""
 
     def run_once(self) -> None:
-        services = self.services
-        if services.projector.halted is not None:
+        parts = self.parts
+        if parts.projector.halted is not None:
             return  # its decisions could not be shown; health says why
-        with services.metrics.scheduler_rounds.time():
+        with parts.rounds():
             self._round()
 
     def _round(self) -> None:
-        services = self.services
-        lose_silent_nodes(services, self.started_at)
+        parts = self.parts
+        lose_silent_nodes(parts, self.started_at)
         inputs = self._inputs()
         if (inputs != self._planned or self.line.moved or time.monotonic() >= self._replan_at
                 ) and not self._joined(inputs):  # fmt: skip
@@ -109,17 +109,17 @@ class Scheduler:
             waits = self._place(capacity, quotas)
             self._take_pending(capacity, quotas, fast=not waits)
             waits.update(self._explain_enqueued(capacity))
-            services.waits.replace(waits, self.line_length)
+            parts.waits.replace(waits, self.line_length)
             took = time.monotonic() - started
             self._planned = inputs
             self._replan_at = time.monotonic() + min(max(REPLAN_EVERY_S, took / REPLAN_SHARE),
                                                       REPLAN_AT_MOST_S)
         if time.monotonic() >= self._deadlines_at:
             self._deadlines_at = time.monotonic() + DEADLINES_EVERY_S
-            end_overdue(services)
+            end_overdue(parts)
         for chore in self.chores:
             chore()
-        services.projector.catch_up()
+        parts.projector.catch_up()
 
     def _joined(self, inputs: tuple[int, frozenset[str], dict[str, int]]) -> bool:
         """A round in which jobs only joined a long line: they are explained as the last plan
@@ -136,7 +136,7 @@ class Scheduler:
         self._take_pending({}, {}, fast=False)  # jobs submitted through another replica
         if waits:
             self.line_length += len(waits)
-            self.services.waits.add(waits, self.line_length)
+            self.parts.waits.add(waits, self.line_length)
         self._planned = inputs
         return True
 
@@ -146,9 +146,9 @@ class Scheduler:
         makes no new plan (a queue of thousands waiting costs no CPU while nothing happens),
         unless ``REPLAN_EVERY_S`` passed (longer for a long line: ``REPLAN_SHARE``): what time
         changes (patience, fair share's decay, preemption's wait) is then seen."""
-        services = self.services
-        live = services.state.live_nodes(services.settings.node_timeout_s)
-        return services.projector.position(), frozenset(live), self.fleet.quotas()
+        parts = self.parts
+        live = parts.state.live_nodes(parts.settings.node_timeout_s)
+        return parts.projector.position(), frozenset(live), self.fleet.quotas()
 
     # -- placing ----------------------------------------------------------------------------
 
@@ -157,13 +157,13 @@ class Scheduler:
     ) -> dict[str, dict[str, Any]]:
         """Place the jobs waiting in ``scheduling`` in the policy's order (priority, then fair
         share, then age: :func:`domain.policy.plan`), and ask for the preemptions it names."""
-        services, fleet, started = self.services, self.fleet, time.monotonic()
-        now, patience = time.time(), services.settings.scheduling_patience_s
+        parts, fleet, started = self.parts, self.fleet, time.monotonic()
+        now, patience = time.time(), parts.settings.scheduling_patience_s
         rows = self.line.rows()
         lined, running, held = fleet.on_nodes(now)
         queue = fleet.queue(list(rows.values()), now)
         decided = plan(queue, list(capacity.values()), lined, running, fleet.usage(now), quotas,
-                       held, patience, services.settings.preempt_after_s)  # fmt: skip
+                       held, patience, parts.settings.preempt_after_s)  # fmt: skip
         self.arrivals.planned(rows, queue, decided, quotas, patience, time.monotonic() - started)
         fleet.forget({*rows, *fleet.documents})
         self._held = held
@@ -173,10 +173,10 @@ class Scheduler:
         for place, job_id in enumerate(decided.order, start=1):
             row, decision = rows[job_id], decided.decisions[job_id]
             if isinstance(decision, Assign):
-                saves.append(self._assign(services.jobs.assign, UUID(job_id), row, decision,
+                saves.append(self._assign(parts.jobs.assign, UUID(job_id), row, decision,
                                           capacity))  # fmt: skip
             elif isinstance(decision, Reject):
-                saves.append((services.jobs.reject, (UUID(job_id), decision.code,
+                saves.append((parts.jobs.reject, (UUID(job_id), decision.code,
                                                      decision.message)))  # fmt: skip
             else:
                 key = (decision, place, decided.reasons[job_id], row["accels"], row["nodes"])
@@ -201,7 +201,7 @@ class Scheduler:
             asked.add(victim)
             log.info("job %s is preempted for %s's job %s", victim, document["owner"],
                      document["name"])  # fmt: skip
-            attempt(self.services.jobs.request_preemption, UUID(victim), document["name"],
+            attempt(self.parts.jobs.request_preemption, UUID(victim), document["name"],
                     document["owner"])  # fmt: skip
 
     def _take_pending(
@@ -210,8 +210,8 @@ class Scheduler:
         """New jobs start scheduling; while no older job waits, one with room on nodes now and
         within its owner's quota is placed in the same save (a burst of submissions is not
         two rounds each), higher priorities first."""
-        services = self.services
-        pending = services.queries.jobs_in([Status.PENDING])
+        parts = self.parts
+        pending = parts.queries.jobs_in([Status.PENDING])
         static = self.fleet.static([row["id"] for row in pending]) if fast else {}
         quotas = quotas if fast else {}
         held = dict(self._held)
@@ -225,14 +225,14 @@ class Scheduler:
             within = owner not in quotas or held.get(owner, 0) + cost <= quotas[owner]
             if fast and within:
                 decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
-                                       0.0, services.settings.scheduling_patience_s)  # fmt: skip
+                                       0.0, parts.settings.scheduling_patience_s)  # fmt: skip
             if isinstance(decision, Assign):
                 held[owner] = held.get(owner, 0) + cost
-                saves.append(self._assign(services.jobs.schedule_onto, job_id, row, decision,
+                saves.append(self._assign(parts.jobs.schedule_onto, job_id, row, decision,
                                           capacity))  # fmt: skip
                 continue
             fast = fast and not within  # it waits: those after it wait behind it
-            saves.append((services.jobs.begin_scheduling, (job_id,)))
+            saves.append((parts.jobs.begin_scheduling, (job_id,)))
         self._save_side_by_side(saves)
 
     def _assign(
@@ -262,11 +262,11 @@ class Scheduler:
             pass  # each done (an error other than a refusal fails the round, as it did)
 
     def _capacity(self, live: frozenset[str]) -> dict[str, NodeCapacity]:
-        services = self.services
-        load = services.queries.node_load()
+        parts = self.parts
+        load = parts.queries.node_load()
         capacity = {}
-        for row in services.queries.nodes():
-            if services.settings.require_isolation and not sandboxes(row):
+        for row in parts.queries.nodes():
+            if parts.settings.require_isolation and not sandboxes(row):
                 continue  # --require-isolation: it gets no job
             held, queued = load.get(row["id"], (0, 0))
             capacity[row["id"]] = NodeCapacity(
@@ -283,11 +283,11 @@ class Scheduler:
         return self.fleet.static([job_id]).get(job_id, ("", 1, False))[1]
 
     def _explain_enqueued(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
-        services = self.services
+        parts = self.parts
         holders: dict[str, list[dict[str, Any]]] = {}
         waits: dict[str, dict[str, Any]] = {}
-        for row in services.queries.jobs_in([Status.ENQUEUED]):
-            document = self.fleet.documents.get(row["id"]) or services.queries.job(row["id"])
+        for row in parts.queries.jobs_in([Status.ENQUEUED]):
+            document = self.fleet.documents.get(row["id"]) or parts.queries.job(row["id"])
             if document is None:
                 continue
             row = {**row, "created_at": document["created_at"]}  # its place in the lines
@@ -295,7 +295,7 @@ class Scheduler:
             for placement in document.get("placements", []):
                 node_id = placement["node_id"]
                 if node_id not in holders:
-                    holders[node_id] = services.queries.holders(node_id)
+                    holders[node_id] = parts.queries.holders(node_id)
                 nodes.append(node_wait(row, placement, capacity.get(node_id), holders[node_id],
                                        self._line_rank))  # fmt: skip
             waits[row["id"]] = enqueued_wait(row, nodes)
@@ -310,7 +310,7 @@ class Scheduler:
     def _follow_lock(self) -> None:
         """Schedule while this server holds the scheduler lock; stand by and try to take it
         about once a second otherwise (see :mod:`api.scheduling.leadership`)."""
-        lock = self.services.leader_lock
+        lock = self.parts.leader_lock
         standing_by = False
         try:
             while not self._stop.is_set():
@@ -328,7 +328,7 @@ class Scheduler:
                     standing_by = True
                 self._stop.wait(LEADER_RETRY_S)
         finally:
-            self.services.scheduler_leader.clear()
+            self.parts.leading.clear()
             lock.release()
 
     def _lead(self, lock: LeaderLock) -> None:
@@ -339,20 +339,20 @@ class Scheduler:
         self._deadlines_at = self._last_round_s = 0.0
         self._planned = None
         self.line.forget()  # what changed while another server scheduled was not kept
-        self.services.scheduler_leader.set()
+        self.parts.leading.set()
         try:
             self._loop(lock)
         finally:
-            self.services.scheduler_leader.clear()
+            self.parts.leading.clear()
             lock.release()
 
     def _loop(self, lock: LeaderLock) -> None:
-        wakeup = self.services.settings.scheduler_interval_s
+        wakeup = self.parts.settings.scheduler_interval_s
         while not self._stop.is_set():
-            self.services.scheduler_wakeup.wait(wakeup)
+            self.parts.wakeup.wait(wakeup)
             # Wake-ups during a round or right after it make one more round, not one each.
             self._stop.wait(min(max(ROUND_GAP_S, self._last_round_s), 1.0))
-            self.services.scheduler_wakeup.clear()
+            self.parts.wakeup.clear()
             if self._stop.is_set():
                 return
             if not lock.held():
@@ -371,7 +371,7 @@ class Scheduler:
 
     def stop(self) -> None:
         self._stop.set()
-        self.services.scheduler_wakeup.set()
+        self.parts.wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._savers.shutdown(wait=False, cancel_futures=True)

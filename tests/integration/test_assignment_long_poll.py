@@ -58,7 +58,7 @@ class Api:
     def submit_and_assign(self, name: str) -> None:
         answer = self.client.post("/v1/jobs", headers=self.headers, json={**SPEC, "name": name})
         assert answer.status_code == 201, answer.text
-        Scheduler(self.services).run_once()
+        Scheduler(self.services.scheduling()).run_once()
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ class Api:
         )  # fmt: skip
         assert registered.status_code == 200, registered.text
         job = self.submit("reader", datasets)
-        Scheduler(self.services).run_once()
+        Scheduler(self.services.scheduling()).run_once()
         return job["id"], job["spec"].get("dataset_hashes") or {}
 
     def download(self, job_id: str, content_hash: str, agent_id: str = AGENT) -> Any:

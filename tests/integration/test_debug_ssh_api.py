@@ -47,7 +47,7 @@ class Api:
     def job(self, name: str, running: bool = True) -> dict[str, Any]:
         answer = self.client.post("/v1/jobs", headers=self.alice, json={**SPEC, "name": name})
         assert answer.status_code == 201, answer.text
-        Scheduler(self.services).run_once()
+        Scheduler(self.services.scheduling()).run_once()
         if running:
             job_id = answer.json()["id"]
             built = self.client.post(f"/v1/agent/jobs/{job_id}/reports", headers=self.node,

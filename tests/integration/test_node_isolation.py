@@ -74,7 +74,7 @@ def test_with_require_isolation_only_a_sandboxing_node_gets_jobs(
         answer = api.client.post("/v1/jobs", headers=api.headers, json={**SPEC, "name": name})
         assert answer.status_code == 201, answer.text
     api.services.projector.catch_up()
-    Scheduler(api.services).run_once()
+    Scheduler(api.services.scheduling()).run_once()
     api.services.projector.catch_up()
     for name in ("first", "second"):
         job = api.client.get(f"/v1/jobs/{name}", headers=api.headers).json()

@@ -104,7 +104,7 @@ def test_a_session_whose_relay_lives_stays_open(servers: Servers) -> None:
                                   relay=relay.presence.instance_id)  # fmt: skip
     starting = servers()
     start(starting)
-    assert close_orphaned_sessions(starting) == 0
+    assert close_orphaned_sessions(starting.orphans()) == 0
     assert sessions_of(starting, job_id) == ([], [session_id(2)])
 
 
@@ -140,9 +140,9 @@ def test_a_live_relays_session_of_a_job_ended_a_while_ago_is_closed_too(
     services.projector.catch_up()
     ended_at = datetime.fromisoformat(services.queries.job(str(job_id))["ended_at"])  # type: ignore[index]
     # its node ends it with the job: a moment later it may still be open
-    assert close_orphaned_sessions(services, now=ended_at + timedelta(seconds=1)) == 0
+    assert close_orphaned_sessions(services.orphans(), now=ended_at + timedelta(seconds=1)) == 0
     later = ended_at + timedelta(seconds=ENDED_GRACE_S + 1)
-    assert close_orphaned_sessions(services, now=later) == 1
+    assert close_orphaned_sessions(services.orphans(), now=later) == 1
     [closed], still_open = sessions_of(services, job_id)
     assert still_open == []
     assert closed["facts"]["reason"] == ("job_ended: the job ended (succeeded) and its node did "
@@ -158,7 +158,8 @@ def test_the_scheduling_server_closes_the_sessions_of_a_replica_that_died(
                                      relay=killed_relay)  # fmt: skip
     services.projector.catch_up()
     assert [row["id"] for row in services.queries.open_debug_sessions()] == [session_id(5)]
-    leader = Scheduler(services, chores=[OrphanSweep(services, every_s=0.0).run_if_due])
+    sweep = OrphanSweep(services.orphans(), every_s=0.0)
+    leader = Scheduler(services.scheduling(), chores=[sweep.run_if_due])
     leader.run_once()  # the relay is found dead once: it may be taking its presence again
     assert sessions_of(services, job_id) == ([], [session_id(5)])
     leader.run_once()  # dead again: its sessions are closed
@@ -171,7 +172,8 @@ def test_a_relay_that_was_away_for_one_check_only_keeps_its_sessions(servers: Se
     job_id = Lifecycle(services.jobs).in_progress("debugged")
     services.jobs.open_debug_session(job_id, session_id(7), 0, FINGERPRINT, user("alice"),
                                      relay=relay.presence.instance_id)  # fmt: skip
-    leader = Scheduler(services, chores=[OrphanSweep(services, every_s=0.0).run_if_due])
+    sweep = OrphanSweep(services.orphans(), every_s=0.0)
+    leader = Scheduler(services.scheduling(), chores=[sweep.run_if_due])
     relay.presence.release()  # its database connection broke, say
     leader.run_once()
     relay.presence.hold()  # and it took its presence again

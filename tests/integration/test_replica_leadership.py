@@ -98,7 +98,7 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_stops(
     replicas: Replicas,
 ) -> None:
     one, two = replicas(), replicas()
-    schedulers = {id(one): Scheduler(one), id(two): Scheduler(two)}
+    schedulers = {id(one): Scheduler(one.scheduling()), id(two): Scheduler(two.scheduling())}
     for scheduler in schedulers.values():
         scheduler.start()
     try:
@@ -124,12 +124,12 @@ def test_exactly_one_scheduler_leads_and_another_takes_over_when_it_stops(
 
 def test_the_standby_schedules_nothing(replicas: Replicas) -> None:
     one, two = replicas(), replicas()
-    leader = Scheduler(one)
+    leader = Scheduler(one.scheduling())
     leader.start()
     wait_until(one.scheduler_leader.is_set, timeout=10)
     leader.stop()  # the lock is free again, then held by a scheduler that never runs rounds
     assert one.leader_lock.acquire()
-    standby = Scheduler(two)
+    standby = Scheduler(two.scheduling())
     standby.start()
     try:
         job_id = two.jobs.submit("alice", "waits", job_spec(), by=user("alice")).job_id

@@ -25,7 +25,7 @@ from tests.integration.conftest import job_spec
 class Round:
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.scheduler = Scheduler(services)
+        self.scheduler = Scheduler(services.scheduling())
         self.node_id, _ = services.jobs.register_node("gpu-1", 2, "cpu", address="127.0.0.1")
         services.state.claim_node(self.node_id, "gpu-1", "agent-0123456789abcdef", 30)
 

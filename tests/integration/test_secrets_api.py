@@ -44,7 +44,7 @@ class Api:
         answer = self.client.post("/v1/jobs", headers=self.alice,
                                   json={**SPEC, "name": name, "secrets": secrets})  # fmt: skip
         assert answer.status_code == 201, answer.text
-        Scheduler(self.services).run_once()
+        Scheduler(self.services.scheduling()).run_once()
         job: dict[str, Any] = self.client.get(f"/v1/jobs/{name}", headers=self.alice).json()
         assert job["status"] == "building", job
         return str(job["id"])

@@ -54,7 +54,7 @@ def test_a_seeded_ledger_verifies_and_a_rebuild_gives_the_same_views(services: S
     statuses = [row for row in seeded_views["job_list"] if ("status", "stopped") in row]
     assert len(statuses) == JOBS // 10
 
-    report = verify_ledger(services, artifacts="none")
+    report = verify_ledger(services.ledger_parts(), artifacts="none")
     assert report["ledger_problems"] == [] and report["view_differences"] == []
     assert report["chained"] == report["events"] == head(services)
     assert report["jobs"] == JOBS + 1 and report["ok"]
@@ -77,7 +77,7 @@ def test_commands_go_on_from_a_seeded_ledger(services: Services) -> None:
     assert [entry["event"] for entry in shown["history"]] == ["Submitted", "SchedulingStarted",
                                                               "Rejected"]  # fmt: skip
     seed_jobs(services.jobs, services.database, 5, names="more-{}")
-    report = verify_ledger(services, artifacts="none")
+    report = verify_ledger(services.ledger_parts(), artifacts="none")
     assert report["ok"], report
     assert report["jobs"] == 36
 
@@ -114,7 +114,7 @@ def test_an_encrypted_compressed_ledger_is_seeded_as_its_commands_write(
         shown = services.queries.job_by_name("admin", job_name(7))
         assert shown is not None and shown["status"] == "rejected"
         seeded_views = dump(services)
-        report = verify_ledger(services, artifacts="none")
+        report = verify_ledger(services.ledger_parts(), artifacts="none")
         assert report["ok"] and report["jobs"] == 300, report
         assert services.rebuilder is not None
         progress = services.rebuilder.run()

@@ -28,7 +28,7 @@ def test_metrics_count_routes_jobs_lag_and_rounds(api: Api) -> None:
     for _ in range(3):
         assert api.client.get("/v1/jobs/done-1", headers=api.headers).status_code == 200
     assert api.client.get("/v1/jobs/no-such-job", headers=api.headers).status_code == 404
-    Scheduler(api.services).run_once()
+    Scheduler(api.services.scheduling()).run_once()
     figures = samples(api)
 
     inspect = ("flexai_http_requests_total",

@@ -60,7 +60,7 @@ def test_every_job_of_the_stored_ledger_folds_to_its_status(services: Services, 
         assert str(job.status) == status, job.name
         shown = services.queries.job(job_id)
         assert shown is not None and shown["status"] == status
-    verified = verify_ledger(services)
+    verified = verify_ledger(services.ledger_parts())
     assert verified["view_differences"] == [], verified
     assert verified["events"] == len(fixture["events"])
 

@@ -108,8 +108,9 @@ def verify(services: ServicesDep, _: CurrentAdmin, body: VerifyRequest | None = 
     altered, deleted, inserted or reordered, and compare every job folded from the ledger with
     the views."""
     body = body or VerifyRequest()
-    return VerifyAnswer(**verify_ledger(services, expect_digest=body.expect_digest or None,
-                                        artifacts=body.artifacts))  # fmt: skip
+    verified = verify_ledger(services.ledger_parts(), expect_digest=body.expect_digest or None,
+                             artifacts=body.artifacts)  # fmt: skip
+    return VerifyAnswer(**verified)
 
 
 @router.post("/purge")
@@ -118,7 +119,7 @@ def purge(services: ServicesDep, admin: CurrentAdmin, body: PurgeRequest) -> Pur
     record ``ArtifactsPurged`` on each (a job is purged once; its history stays)."""
     before = _in_utc(body.deleted_before)
     assert admin.user is not None
-    purged = purge_deleted(services, before, by=user(admin.user))
+    purged = purge_deleted(services.ledger_parts(), before, by=user(admin.user))
     return PurgeAnswer(deleted_before=before.isoformat(),
                        purged=[PurgedJob(**job) for job in purged])  # fmt: skip
 

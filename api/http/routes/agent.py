@@ -158,7 +158,7 @@ def leave(
     at = datetime.now(UTC).isoformat(timespec="seconds")
     message = f"the agent of node {node} stopped at {at} and ended the job's processes there"
     job_ids = services.queries.jobs_on_node(node_id)
-    move_jobs_off(services, node_id, job_ids, message, left=node)
+    move_jobs_off(services.jobs, node_id, job_ids, message, left=node)
     return {"jobs": len(job_ids)}
 
 
