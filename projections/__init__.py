@@ -1,3 +1,3 @@
 """The views: database connections (SQLite, PostgreSQL), the tables each event changes, the
 projector that applies every event once, queries, rebuilds and the ledger's hash chain.
-Imports: domain."""
+Imports: common, domain."""

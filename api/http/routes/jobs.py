@@ -12,7 +12,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
 from api.artifacts.followers import TooManyFollowers
-from api.artifacts.store import attempt_job_key
 from api.http.attempts import UserAttempt, chosen_attempt, chosen_node, current_attempt
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
@@ -40,6 +39,7 @@ from api.http.schemas import (
 from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
 from api.services import Services
+from common.attempts import attempt_key
 from domain.actors import user
 from domain.statuses import TERMINAL, Status
 from domain.values import BIGINT_MAX, MAX_NODES
@@ -238,7 +238,7 @@ class _NodeLog:
                  ) -> None:  # fmt: skip
         self.services, self.job_id, self.node_index = services, job_id, node_index
         self.attempt = attempt
-        self.key = attempt_job_key(job_id, attempt)
+        self.key = attempt_key(job_id, attempt)
 
     def read(self, offset: int) -> bytes:
         return self.services.artifacts.read_log(
