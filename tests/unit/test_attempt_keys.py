@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from api.artifacts.followers import AttemptLog, attempt_over
 from api.artifacts.store import output_key
 from common.attempts import attempt_key, attempt_query, current_attempt, last_attempt
 from node_agent.models import JobDirs
@@ -19,11 +20,32 @@ OWNER = ROOT / "common" / "attempts.py"
 SPELLINGS = ("/attempts/", ".attempt-")
 
 
+class KeyedStore:
+    """An artifact store that says which key each log read or size asked for."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[str, int]] = []
+
+    def read_log(self, job_id: str, offset: int, limit: int = 0, node_index: int = 0) -> bytes:
+        self.keys.append((job_id, node_index))
+        return b""
+
+    def log_size(self, job_id: str, node_index: int = 0) -> int:
+        self.keys.append((job_id, node_index))
+        return 0
+
+
 def test_the_first_attempts_artifacts_keep_the_jobs_own_keys_and_a_later_ones_its_number() -> None:
     assert attempt_key("job-1", 1) == "job-1"
     assert attempt_key("job-1", 3) == "job-1/attempts/3"
     assert output_key("job-1", 0) == output_key("job-1", 0, 1) == "jobs/job-1/outputs/output_0.zip"
     assert output_key("job-1", 2, 3) == "jobs/job-1/attempts/3/outputs/output_2.zip"
+    store = KeyedStore()
+    for attempt in (1, 2):
+        log = AttemptLog(store, "job-1", node_index=1, attempt=attempt)  # type: ignore[arg-type]
+        log.read(0)
+        log.size()
+    assert store.keys == [("job-1", 1)] * 2 + [("job-1/attempts/2", 1)] * 2
 
 
 def test_the_agent_names_each_attempts_files_after_the_first_attempts(tmp_path: Path) -> None:
@@ -52,6 +74,15 @@ def test_a_jobs_current_and_last_attempt_read_from_its_view(
     document: dict[str, Any], current: int, last: int
 ) -> None:
     assert (current_attempt(document), last_attempt(document)) == (current, last)
+
+
+def test_an_attempts_log_is_over_once_the_job_ended_or_runs_a_later_attempt() -> None:
+    running = {"status": "in progress", "attempt": 2}
+    assert not attempt_over(running, 2)
+    assert attempt_over(running, 1)
+    assert attempt_over({"status": "failed", "attempt": 2}, 2)
+    assert attempt_over(None, 1)
+    assert attempt_over({**running, "deleted_at": "2026-01-01T00:00:00+00:00"}, 2)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
