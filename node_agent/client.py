@@ -24,6 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from common import transfer
+from common.attempts import attempt_query
 from common.tls import ca_file as tls_ca_file
 from common.tls import check_url, client_context, describe_failure
 from node_agent.api_errors import ApiError, ApiUnavailable, ArtifactAltered, NodeTaken, slug
@@ -202,7 +203,7 @@ class ControlPlaneClient:
         answer = self._json(
             "POST",
             f"/v1/agent/jobs/{_seg(job_id)}/logs",
-            params={"offset": offset, "node_index": node_index, **_of_attempt(attempt)},
+            params={"offset": offset, "node_index": node_index, **attempt_query(attempt)},
             content=data,
             headers={"Content-Type": "application/octet-stream"},
             # a blip only: the log shipper has its own, longer retry loop
@@ -219,7 +220,7 @@ class ControlPlaneClient:
         """Open an upload session: ``{"id", "part_size"}``, or ``{"recorded": ...}`` when the
         ledger holds the artifact already; ``attempt``: the job's attempt an output is of."""
         return self._json("POST", f"/v1/agent/jobs/{_seg(job_id)}/uploads", json=dict(body),
-                          params=_of_attempt(attempt), retry_for=retry_for)  # fmt: skip
+                          params=attempt_query(attempt), retry_for=retry_for)  # fmt: skip
 
     def part_targets(
         self, upload_id: str, numbers: Sequence[int], *, retry_for: float | None = None
@@ -371,11 +372,6 @@ class ControlPlaneClient:
 
 def new_agent_id() -> str:
     return secrets.token_hex(16)
-
-
-def _of_attempt(attempt: int) -> dict[str, int]:
-    """The ``attempt`` query parameter: only after the first (what an older server takes)."""
-    return {"attempt": attempt} if attempt > 1 else {}
 
 
 def _seg(value: str) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from common.attempts import FIRST, IN_FILES, attempt_key, current_attempt
+
 BUILDING = "building"
 ENQUEUED = "enqueued"
 IN_PROGRESS = "in progress"
@@ -123,7 +125,7 @@ class Assignment:
             nnodes=int(data.get("nnodes") or 1),
             accelerators=indices(data.get("accelerators")),
             rendezvous=Rendezvous.from_json(data.get("rendezvous")),
-            attempt=max(1, int(data.get("attempt") or 1)),
+            attempt=max(FIRST, current_attempt(data)),
             preempt=bool(data.get("preempt")),
         )
 
@@ -155,7 +157,7 @@ class JobDirs:
         return replace(self, attempt=attempt)
 
     def _of_attempt(self, name: str) -> Path:
-        return self.root / (name if self.attempt == 1 else f"{name}.attempt-{self.attempt}")
+        return self.root / attempt_key(name, self.attempt, IN_FILES)
 
     @property
     def repo(self) -> Path:
@@ -203,7 +205,7 @@ class JobDirs:
     def log_file(self) -> Path:
         """Everything this attempt of the job printed (build and run), the shipper's source of
         truth: ``job.log`` for the first attempt, ``job.attempt-K.log`` for attempt K."""
-        return self.root / ("job.log" if self.attempt == 1 else f"job.attempt-{self.attempt}.log")
+        return self.root / f"{attempt_key('job', self.attempt, IN_FILES)}.log"
 
     def is_log(self, path: Path) -> bool:
         """Whether ``path`` is the log of one of the job's attempts."""
@@ -211,18 +213,14 @@ class JobDirs:
 
     def earlier_logs(self) -> list[Path]:
         """The logs of this job's earlier attempts on this node, kept for its operator."""
-        if self.attempt == 1:
-            return []
-        names = ["job.log", *(f"job.attempt-{k}.log" for k in range(2, self.attempt))]
-        return [self.root / name for name in names]
+        return [self.for_attempt(earlier).log_file for earlier in range(FIRST, self.attempt)]
 
     @property
     def checkpoint_record(self) -> Path:
         """The checkpoints this attempt uploaded and what each looked like then, kept by the
         agent (:class:`node_agent.artifacts.checkpoints.CheckpointWatcher`) across its
         restarts, in its own scratch folder: the job cannot write it."""
-        name = "checkpoints" if self.attempt == 1 else f"checkpoints.attempt-{self.attempt}"
-        return self.scratch / f"{name}.json"
+        return self.scratch / f"{attempt_key('checkpoints', self.attempt, IN_FILES)}.json"
 
     @property
     def exit_code_file(self) -> Path:
@@ -294,7 +292,7 @@ class JobDirs:
 
 
 def _is_log_name(name: str) -> bool:
-    return name == "job.log" or (name.startswith("job.attempt-") and name.endswith(".log"))
+    return name == "job.log" or (name.startswith(f"job{IN_FILES}") and name.endswith(".log"))
 
 
 def _is_agents_file(path: Path) -> bool:

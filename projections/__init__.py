@@ -1,3 +1,3 @@
 """The views: the tables each event changes, the projector that applies every event once,
 queries and rebuilds (the connections and the event store itself are the ledger's).
-Imports: domain, ledger."""
+Imports: common, domain, ledger."""

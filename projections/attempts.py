@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from common.attempts import current_attempt
+
 
 def open_attempt(document: dict[str, Any], at: str) -> None:
     """The job started (again): its current attempt runs from ``at`` on its nodes."""
     attempts = document.setdefault("attempts", [])
-    attempt = int(document.get("attempt") or 1)
+    attempt = current_attempt(document)
     if attempts and attempts[-1]["attempt"] == attempt:
         return
     nodes = [placement["node"] for placement in document.get("placements") or []]

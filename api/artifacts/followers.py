@@ -6,6 +6,10 @@ wakes it), or the job reaches a terminal status or ends an attempt (the projecto
 wakes it, for events written by any replica). A timer wakes it too, now and then, in case
 bytes arrived through another replica's store. A thousand quiet followers cost a thousand
 small objects, no thread and no database query.
+
+:func:`follow_log` is that coroutine's loop, the one both ``logs --follow`` and a console
+page's live log run: it follows one node's log of one attempt (:class:`AttemptLog`) until
+that attempt is over (:func:`attempt_over`) and its every byte is sent.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import asyncio
 import random
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
+from api.artifacts.store import ArtifactStore
+from common.attempts import attempt_key, current_attempt
 from domain.events import event_name
 from domain.lifecycle import EVENT_STATUS
-from domain.statuses import TERMINAL
+from domain.statuses import TERMINAL, Status
 
 
 class TooManyFollowers(Exception):
@@ -37,6 +44,9 @@ BATCH_S = 0.25
 and send a few bigger chunks a second, not one per batch the agent ships)."""
 ATTEMPT_ENDS = frozenset({"Retried", "Preempted"})
 """Events that end an attempt of a job that goes on."""
+LOG_READ_BYTES = 256 * 1024
+RECHECK_S = 1.0
+"""A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
 FOLLOWERS_PER_S = 2000
 """Follower reads a second one server spends on one job at most: the more followers a job
 has, the longer each one's batch (1,000 followers: one read each half second)."""
@@ -142,3 +152,58 @@ def _wake_all(followers: list[Follower], ended: bool, attempt_ended: bool = Fals
         follower.job_ended = follower.job_ended or ended
         follower.attempt_ended = follower.attempt_ended or attempt_ended
         follower.woken.set()
+
+
+@dataclass(frozen=True)
+class AttemptLog:
+    """One node's log of one attempt of a job."""
+
+    store: ArtifactStore
+    job_id: str
+    node_index: int = 0
+    attempt: int = 1
+
+    def read(self, offset: int) -> bytes:
+        """The bytes from ``offset`` on (at most :data:`LOG_READ_BYTES`; none: not yet)."""
+        return self.store.read_log(attempt_key(self.job_id, self.attempt), offset,
+                                   LOG_READ_BYTES, node_index=self.node_index)  # fmt: skip
+
+    def size(self) -> int:
+        return self.store.log_size(attempt_key(self.job_id, self.attempt), self.node_index)
+
+
+def attempt_over(document: Mapping[str, Any] | None, attempt: int) -> bool:
+    """Whether ``attempt``'s log is whole: the job is gone or terminal, or in a later attempt."""
+    return (document is None or bool(document.get("deleted_at"))
+            or Status(document["status"]) in TERMINAL
+            or current_attempt(document) > attempt)  # fmt: skip
+
+
+async def follow_log(
+    followers: LogFollowers, follower: Follower, log: AttemptLog, offset: int,
+    over: Callable[[], Awaitable[bool]], again: Callable[[], bool] = lambda: False,
+) -> AsyncIterator[bytes | None]:  # fmt: skip
+    """``log`` from ``offset`` as it grows, until ``over()`` (asked at once, then whenever the
+    job ends an attempt or ``again()``) and every byte is sent; ends early, before the log is
+    whole, when the server stops (the client resumes at its offset). None once a round, after
+    ``over()`` was asked and before the new bytes: the caller may send what else it has.
+
+    Agents ship every line before the terminal report, so one more read after the log's
+    attempt ended drains it all. Reads are small and local, so they run on the event loop: no
+    thread waits. ``follower`` is registered before ``over()`` is first asked: an end that
+    comes in between still wakes it.
+    """
+    ask = True
+    while True:
+        if ask:
+            follower.job_ended = await over() or follower.job_ended
+        ended = follower.job_ended
+        yield None
+        while chunk := log.read(offset):
+            offset += len(chunk)
+            yield chunk
+        if ended or followers.closing:
+            return
+        await follower.sleep(RECHECK_S)
+        ask = (follower.attempt_ended and not follower.job_ended) or again()
+        follower.attempt_ended = False

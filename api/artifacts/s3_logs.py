@@ -4,7 +4,7 @@ the bucket in parts.
 Three tables, shared by every replica on the database:
 
 - ``log_streams(job_id, node_index, size, flushed)``: one row per stream (a job's node; a
-  later attempt's under its ``attempt_job_key`` in place of the job's id), the
+  later attempt's under its ``attempt_key`` in place of the job's id), the
   bytes it holds in all and how many of them are in parts. Every write to a stream locks its
   row first (``FOR UPDATE`` on PostgreSQL; SQLite's writers take turns anyway).
 - ``log_chunks(job_id, node_index, start, size, data, created_at)``: the bytes not yet in a
@@ -44,9 +44,9 @@ from typing import Protocol
 from api.artifacts.store import (
     LogOffsetMismatch,
     StorageUnavailable,
-    attempts_prefix,
     job_prefix,
 )
+from common.attempts import later_attempts_prefix
 from ledger.database import Cursor, Database
 from ledger.schema import create_schema
 
@@ -372,11 +372,11 @@ class DatabaseLogs:
 
 _OF_JOB = "(job_id = ? OR job_id LIKE ? ESCAPE '!')"
 """The streams of a job's every attempt (its first under its id, the later ones under
-:func:`~api.artifacts.store.attempt_job_key`), with the parameters of :func:`_of_job`."""
+:func:`~common.attempts.attempt_key`), with the parameters of :func:`_of_job`."""
 
 
 def _of_job(job_id: str) -> tuple[str, str]:
-    escaped = "".join(f"!{c}" if c in "!%_" else c for c in attempts_prefix(job_id))
+    escaped = "".join(f"!{c}" if c in "!%_" else c for c in later_attempts_prefix(job_id))
     return job_id, escaped + "%"
 
 

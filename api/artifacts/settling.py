@@ -8,7 +8,7 @@ job and wakes a thread of its own. That thread writes what the database still ho
 job's log into the bucket (``settle_logs``). The listener only notes the job, so no request
 waits on the bucket.
 
-A job keeps a log stream per attempt (:func:`~api.artifacts.store.attempt_job_key`); settling a
+A job keeps a log stream per attempt (:func:`~common.attempts.attempt_key`); settling a
 job settles them all. An attempt that ends while the job goes on (``Retried``, ``Preempted``)
 has its log whole too, so the job is noted then as well: its last lines need not wait.
 

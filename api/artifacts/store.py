@@ -9,7 +9,7 @@ behind one interface with two implementations.
 
 Every artifact has a key, the same in both stores (:func:`checkpoint_key`, :func:`output_key`,
 :func:`dataset_key`; the S3 store puts its prefix before it). A job's logs and outputs are kept
-per attempt (:func:`attempt_job_key`: the first attempt's where they always were).
+per attempt (:func:`common.attempts.attempt_key`: the first attempt's where they always were).
 Checkpoints and outputs arrive in **multipart uploads** that the server begins, hands out part
 targets for, and completes: an upload is invisible until completed, so a partial object is
 never read, listed or recorded. The server then reads the archive's central directory through
@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from api.artifacts.archives import ArchiveLimits
+from common.attempts import attempt_key
 
 MIN_PART = 5 * 2**20
 """S3's smallest part (all but the last)."""
 DEFAULT_PART = 32 * 2**20
 MAX_PARTS = 10_000
 """S3's most parts in one upload."""
-ATTEMPTS = "attempts"
 
 
 class LogOffsetMismatch(Exception):
@@ -67,21 +67,8 @@ def checkpoint_key(job_id: str, checkpoint_id: str) -> str:
     return f"jobs/{job_id}/checkpoints/{checkpoint_id}.zip"
 
 
-def attempt_job_key(job_id: str, attempt: int = 1) -> str:
-    """What a job's logs and outputs of one attempt are kept under, in place of the job's id:
-    the id itself for the first attempt (where every job's were before retries, so older jobs
-    read the same), ``<id>/attempts/<K>`` for a later one. Under the job's prefix: deleting or
-    purging the job takes every attempt's artifacts."""
-    return job_id if attempt <= 1 else f"{job_id}/{ATTEMPTS}/{attempt}"
-
-
-def attempts_prefix(job_id: str) -> str:
-    """The start of the :func:`attempt_job_key` of every attempt of the job after the first."""
-    return f"{job_id}/{ATTEMPTS}/"
-
-
 def output_key(job_id: str, node_index: int, attempt: int = 1) -> str:
-    return f"jobs/{attempt_job_key(job_id, attempt)}/outputs/output_{node_index}.zip"
+    return f"jobs/{attempt_key(job_id, attempt)}/outputs/output_{node_index}.zip"
 
 
 def dataset_key(content_hash: str) -> str:

@@ -1,7 +1,9 @@
 """A job's page (``/jobs/{name}``), its time travel (``?version=N``), and its actions.
 
 The page reads the views (the job's document, why it waits, its checkpoints) and, for the loss
-chart, the newest checkpoint's archive. A past version is folded from the ledger, as
+chart, the newest checkpoint's archive. Its log is one attempt's (``?attempt=K``; default: the
+job's current one, followed live as ``logs --follow`` does, and the next one once the job runs
+again). A past version is folded from the ledger, as
 ``GET /v1/audit/jobs/{id}/state?version=`` and ``inspect --at-version`` do. Stop and delete are
 forms (POST, same origin, the session's CSRF token) that call the application service exactly
 as the API's routes do, for the same caller.
@@ -16,6 +18,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response
 
+from api.artifacts.followers import AttemptLog
 from api.artifacts.store import StorageUnavailable
 from api.console.auth import (
     Signed,
@@ -42,6 +45,7 @@ from api.console.present import (
 )
 from api.console.render import page, problem_page, query, redirect, secured
 from api.services import Services
+from common.attempts import FIRST, IN_FILES, MAX_ATTEMPT, attempt_key, current_attempt, last_attempt
 from domain.actors import user
 from domain.errors import DomainError
 from domain.events import event_name
@@ -64,6 +68,14 @@ def find_document(
     if owner and owner != signed.user and not signed.admin:
         return None
     return services.queries.job_by_name(owner or signed.user, name)
+
+
+def shown_attempt(document: dict[str, Any], attempt: int | None) -> int:
+    """The attempt whose log a page shows: the one asked, within those the job had; else its
+    current one."""
+    if attempt is None:
+        return current_attempt(document)
+    return min(max(attempt, FIRST), last_attempt(document))
 
 
 def owner_param(signed: Signed, document: dict[str, Any]) -> str | None:
@@ -113,7 +125,7 @@ def as_of(services: Services, signed: Signed, job_id: str, version: int) -> dict
 
 def job_context(
     services: Services, histories: LossHistories, signed: Signed, document: dict[str, Any],
-    node: int, version: int | None,
+    node: int, version: int | None, attempt: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     job_id = document["id"]
     checkpoints = services.queries.checkpoints(job_id)
@@ -121,8 +133,9 @@ def job_context(
         if checkpoints else []  # fmt: skip
     nodes = max(int(document.get("nodes") or 1), len(document.get("placements") or []), 1)
     node = min(node, nodes - 1)
+    shown = shown_attempt(document, attempt)
     try:
-        size = services.artifacts.log_size(job_id, node)
+        size = AttemptLog(services.artifacts, job_id, node, shown).size()
     except StorageUnavailable:  # the page still shows; its log stream retries
         size = 0
     owner = owner_param(signed, document)
@@ -142,6 +155,10 @@ def job_context(
         "chart": chart(curves_of(logged, checkpoints)),
         "nodes": list(range(nodes)), "node": node,
         "log_offset": max(0, size - TAIL_BYTES), "log_size": size,
+        "attempt": shown, "attempts": list(range(FIRST, last_attempt(document) + 1)),
+        "current_attempt": current_attempt(document),
+        "pinned": attempt is not None,
+        "log_name": f"{attempt_key(document['name'] + f'-node{node}', shown, IN_FILES)}.log",
         "outputs": _outputs(document, nodes, ran),
         "api_query": query(owner=owner),
         "created": moment(document["created_at"]),
@@ -154,6 +171,7 @@ async def job_page(
     owner: Annotated[str, Query(max_length=63)] = "",
     node: Annotated[int, Query(ge=0, lt=MAX_NODES)] = 0,
     version: Annotated[int | None, Query(ge=1, le=BIGINT_MAX)] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_ATTEMPT)] = None,
 ) -> Response:  # fmt: skip
     histories: LossHistories = request.app.state.console.histories
 
@@ -166,7 +184,8 @@ async def job_page(
         if document is None:
             return signed, None
         try:
-            return signed, job_context(services, histories, signed, document, node, version)
+            return signed, job_context(services, histories, signed, document, node, version,
+                                       attempt)  # fmt: skip
         except JobNotFound:  # deleted meanwhile
             return signed, None
 

@@ -3,10 +3,13 @@
 - ``/live/jobs?ids=...``: the jobs page's rows. Woken by their jobs' events (and every few
   seconds while one waits, as the scheduler rewrites why), it reads those rows from the views
   and sends the ones that changed (``jobs``).
-- ``/jobs/{name}/live?node=K&offset=N&since=V``: a job page. It follows one node's log from
-  byte ``N`` as ``logs --follow`` does (``log`` events, their id the byte reached, so a
-  reconnecting page resumes there), sends the status and the history past version ``V`` when
-  the job changes (``job``), and ends with ``end`` once the job ended and its last line is out.
+- ``/jobs/{name}/live?node=K&attempt=A&offset=N&since=V``: a job page. It follows one node's
+  log of attempt ``A`` (default: the job's current one) from byte ``N`` with the loop of
+  ``logs --follow`` (:func:`api.artifacts.followers.follow_log`; ``log`` events, their id the
+  byte reached, so a reconnecting page resumes there), sends the status and the history past
+  version ``V`` when the job changes (``job``), and ends with ``end`` once that attempt is over
+  (the job ended, or moved on to its next attempt: ``end`` says which is current) and its last
+  line is out.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import PlainTextResponse, Response
 
-from api.artifacts.followers import TooManyFollowers
+from api.artifacts.followers import AttemptLog, TooManyFollowers, attempt_over, follow_log
 from api.console.auth import Signed, services_of, signed_in
-from api.console.job_page import find_document
+from api.console.job_page import find_document, shown_attempt
 from api.console.live import KEEPALIVE, EventStream, JobWatch, server_event
-from api.console.present import ENDED, WAITING, history, job_state, summary_row
+from api.console.present import WAITING, history, job_state, summary_row
 from api.console.render import secured
 from api.services import Services
+from common.attempts import MAX_ATTEMPT, current_attempt
 from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(include_in_schema=False)
@@ -38,7 +42,6 @@ REASONS_S = 5.0
 """How often the jobs page's waiting rows are read again when another replica schedules (this
 server's own scheduler says when it changed a reason: they are read again at once)."""
 KEEPALIVE_S = 15.0
-LOG_READ_BYTES = 256 * 1024
 MAX_IDS = 500
 
 
@@ -106,59 +109,57 @@ async def jobs_live(request: Request, ids: Annotated[str, Query(max_length=40_00
 # -- a job page -------------------------------------------------------------------------------
 
 
-class _Log:
-    """One node's log as text from a byte offset (a character cut between two reads waits
-    for its other bytes)."""
+class _Text:
+    """Log bytes as text events (a character cut between two reads waits for its other
+    bytes), each one's id the byte it reached."""
 
-    def __init__(self, services: Services, job_id: str, node: int, offset: int) -> None:
-        self.services, self.job_id, self.node, self.offset = services, job_id, node, offset
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def events(self) -> list[bytes]:
-        out = []
-        while chunk := self.services.artifacts.read_log(self.job_id, self.offset, LOG_READ_BYTES,
-                                                        node_index=self.node):  # fmt: skip
-            self.offset += len(chunk)
-            text = self.decoder.decode(chunk)
-            held = len(self.decoder.getstate()[0])
-            if text:
-                out.append(server_event("log", text, str(self.offset - held)))
-        return out
+    def event(self, chunk: bytes) -> bytes | None:
+        self.offset += len(chunk)
+        text = self.decoder.decode(chunk)
+        held = len(self.decoder.getstate()[0])
+        return server_event("log", text, str(self.offset - held)) if text else None
 
 
-async def _job_stream(services: Services, watch: JobWatch, job_id: str, log: _Log, since: int
-                      ) -> AsyncIterator[bytes]:  # fmt: skip
+async def _job_stream(services: Services, watch: JobWatch, log: AttemptLog, offset: int,
+                      since: int) -> AsyncIterator[bytes]:  # fmt: skip
     followers = services.log_followers
-    async with followers.follow(job_id) as follower:
-        with watch.watching([job_id], follower.woken) as watching:
-            # Registered before the views are read: an event in between still wakes us.
-            changed = True
+    text = _Text(offset)
+    read: dict[str, Any] = {}
+    """What ``over()`` read last (``job``: None when gone), and whether it was sent."""
+
+    async def over() -> bool:
+        read.update(job=await run_in_threadpool(services.queries.job, log.job_id), sent=False)
+        return attempt_over(read["job"], log.attempt)
+
+    async with followers.follow(log.job_id) as follower:
+        with watch.watching([log.job_id], follower.woken) as watching:
+
+            def again() -> bool:
+                changed, watching.changed = watching.changed or follower.job_ended, False
+                return changed
+
             quiet_since = time.monotonic()
-            while True:
-                document: dict[str, Any] | None = None
-                if changed:
-                    document = await run_in_threadpool(services.queries.job, job_id)
-                    gone = document is None or bool(document.get("deleted_at"))
-                    follower.job_ended = follower.job_ended or gone or (
-                        document is not None and document["status"] in ENDED)
-                if document is not None:
-                    entries = history(document, since)
-                    since = max([since, *(entry["version"] for entry in entries)])
-                    yield server_event("job", {**job_state(document), "history": entries})
-                ended = follower.job_ended
-                for event in log.events():
+            async for chunk in follow_log(followers, follower, log, offset, over, again):
+                if chunk is None:
+                    if not read["sent"] and (document := read["job"]) is not None:
+                        read["sent"] = True
+                        entries = history(document, since)
+                        since = max([since, *(entry["version"] for entry in entries)])
+                        yield server_event("job", {**job_state(document), "history": entries})
+                    if time.monotonic() - quiet_since >= KEEPALIVE_S:
+                        quiet_since = time.monotonic()
+                        yield KEEPALIVE
+                elif (event := text.event(chunk)) is not None:
                     quiet_since = time.monotonic()
                     yield event
-                if ended:
-                    yield server_event("end", {"offset": log.offset})
-                    return
-                if followers.closing:
-                    return  # the server stops; the page reconnects to another or this one
-                if time.monotonic() - quiet_since >= KEEPALIVE_S:
-                    quiet_since = time.monotonic()
-                    yield KEEPALIVE
-                await follower.sleep(RECHECK_S)
-                changed, watching.changed = watching.changed or follower.job_ended, False
+            if follower.job_ended:
+                current = current_attempt(read["job"]) if read.get("job") else log.attempt
+                yield server_event("end", {"offset": text.offset, "attempt": log.attempt,
+                                           "current": current})  # fmt: skip
 
 
 @router.get("/jobs/{name}/live")
@@ -166,6 +167,7 @@ async def job_live(
     request: Request, name: str,
     owner: Annotated[str, Query(max_length=63)] = "",
     node: Annotated[int, Query(ge=0, lt=MAX_NODES)] = 0,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_ATTEMPT)] = None,
     offset: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
     since: Annotated[int, Query(ge=0, le=BIGINT_MAX)] = 0,
 ) -> Response:  # fmt: skip
@@ -189,5 +191,5 @@ async def job_live(
     if followers.count >= followers.limit:
         return _refused(503, str(TooManyFollowers(followers.limit)))
     watch: JobWatch = request.app.state.console.watch
-    log = _Log(services, document["id"], node, offset)
-    return EventStream(_job_stream(services, watch, document["id"], log, since))
+    log = AttemptLog(services.artifacts, document["id"], node, shown_attempt(document, attempt))
+    return EventStream(_job_stream(services, watch, log, offset, since))

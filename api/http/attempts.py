@@ -1,5 +1,5 @@
 """Which attempt of a job a request means: a job preempted or retried runs several attempts,
-and each keeps its own logs and outputs (:func:`api.artifacts.store.attempt_job_key`).
+and each keeps its own logs and outputs (:func:`common.attempts.attempt_key`).
 
 Agents name the attempt their bytes are of (``attempt``, 1 when absent); users name the one
 they want to read (default: the job's current attempt for logs, the last one that recorded
@@ -15,8 +15,8 @@ from typing import Annotated, Any
 from fastapi import Query
 
 from api.http.problems import Problem
+from common.attempts import FIRST, MAX_ATTEMPT, current_attempt, last_attempt
 
-MAX_ATTEMPT = 1000
 AgentAttempt = Annotated[int, Query(
     ge=1, le=MAX_ATTEMPT, description="the job's attempt these bytes are of (from 1)",
 )]  # fmt: skip
@@ -26,17 +26,6 @@ UserAttempt = Annotated[int | None, Query(
 )]  # fmt: skip
 
 
-def current_attempt(document: dict[str, Any]) -> int:
-    """The job's attempt now (1 for a job that never was preempted or retried)."""
-    return int(document.get("attempt") or 1)
-
-
-def last_attempt(document: dict[str, Any]) -> int:
-    """The highest attempt the job has had."""
-    listed = [int(entry.get("attempt") or 0) for entry in document.get("attempts") or []]
-    return max([current_attempt(document), *listed])
-
-
 def chosen_attempt(document: dict[str, Any], attempt: int | None, default: int | None = None,
                    ) -> int:  # fmt: skip
     """``attempt`` when the job had it (``default``, else its current one, when None); a 404
@@ -44,7 +33,7 @@ def chosen_attempt(document: dict[str, Any], attempt: int | None, default: int |
     if attempt is None:
         return default or current_attempt(document)
     last = last_attempt(document)
-    if not 1 <= attempt <= last:
+    if not FIRST <= attempt <= last:
         had = "attempt 1" if last == 1 else f"attempts 1 to {last}"
         raise Problem(
             404, "attempt-not-found", "No such attempt",

@@ -13,6 +13,7 @@ import httpx
 
 from cli.client.http import HttpSession
 from cli.errors import CliError
+from common.attempts import current_attempt
 from common.client_config import load_client_config
 from common.tls import client_context
 from common.transfer import Altered, Fetched, Refused, Unavailable, fetch
@@ -144,7 +145,7 @@ class ApiClient(HttpSession):
         def finished() -> bool:
             job = self._job(name)
             followed = params.get("attempt")
-            if followed is not None and int(job.get("attempt") or 1) > int(followed):
+            if followed is not None and current_attempt(job) > int(followed):
                 if moved_on is not None:
                     moved_on(int(followed), job)
                 return True

@@ -45,12 +45,15 @@ def add_owner_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def _attempt(value: str) -> int:
+    from common.attempts import FIRST, MAX_ATTEMPT
+
     try:
         attempt = int(value)
     except ValueError:
         attempt = 0
-    if not 1 <= attempt <= 1000:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 1000, not {value!r}")
+    if not FIRST <= attempt <= MAX_ATTEMPT:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from {FIRST} to {MAX_ATTEMPT}, not {value!r}")
     return attempt
 
 

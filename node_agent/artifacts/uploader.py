@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from common.attempts import attempt_query
 from node_agent.artifacts.parts import PartCutter
 from node_agent.artifacts.zipping import files_bytes, write_zip
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
@@ -109,10 +110,8 @@ class ArtifactUploader:
 
     def _begin(self, artifact: Artifact, body: dict[str, Any]) -> dict[str, Any]:
         """An upload session; an output of a later attempt of the job says which."""
-        if artifact.kind == "output" and artifact.attempt > 1:
-            return self.client.begin_upload(artifact.job_id, body, retry_for=BLIP_S,
-                                            attempt=artifact.attempt)  # fmt: skip
-        return self.client.begin_upload(artifact.job_id, body, retry_for=BLIP_S)
+        named = attempt_query(artifact.attempt) if artifact.kind == "output" else {}
+        return self.client.begin_upload(artifact.job_id, body, retry_for=BLIP_S, **named)
 
     def _send(self, artifact: Artifact, parts: _Parts) -> dict[str, Any]:
         upload_id = parts.upload_id

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from common.attempts import attempt_query
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.logs.masking import SecretMask
 
@@ -193,10 +194,8 @@ class LogShipper:
                 self._changed.notify_all()
 
     def _append(self, offset: int, data: bytes) -> int:
-        if self.attempt == 1:
-            return self.client.append_logs(self.job_id, offset, data, self.node_index)
         return self.client.append_logs(self.job_id, offset, data, self.node_index,
-                                       attempt=self.attempt)  # fmt: skip
+                                       **attempt_query(self.attempt))  # fmt: skip
 
     def _report_unavailable(self, what: str) -> None:
         """Tell the control plane, once per offset, that the logs stop there for now."""

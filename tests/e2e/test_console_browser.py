@@ -1,7 +1,8 @@
 """The web console in a real browser (Debian's chromium, driven by Playwright) against a real
 server and agent on each store: sign in, watch a job's log grow, stop it from its page, read
-its loss chart, history and past versions, meet another user's job as a 404, see a hostile log
-line as text, and sign out. The tests save screenshots of the jobs page and a job page."""
+its loss chart, history and past versions, follow a retried job on to its next attempt and pick
+the earlier one, meet another user's job as a 404, see a hostile log line as text, and sign
+out. The tests save screenshots of the jobs page and a job page."""
 
 from __future__ import annotations
 
@@ -54,6 +55,20 @@ for step in range(10, 90, 10):
     print(f"step {step} loss {history[-1]}", flush=True)
 (pathlib.Path(os.environ["FLEXAI_OUTPUT_DIR"]) / "model.txt").write_text("weights")
 print("training finished")
+"""
+RETRIED = """\
+import os, pathlib, sys, time
+
+attempt = int(os.environ["FLEXAI_RESTART_COUNT"]) + 1
+print(f"attempt {attempt} says hello", flush=True)
+if attempt == 1:
+    deadline = time.monotonic() + 120
+    while not pathlib.Path(sys.argv[1]).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the test saw this line on the page
+    sys.exit(3)  # the job runs again (--retry-on-exit-codes 3)
+for tick in range(6):
+    print(f"attempt {attempt} tick {tick}", flush=True)
+    time.sleep(0.5)
 """
 HOSTILE_LINES = ["<script>alert(1)</script>", "<img src=x onerror=alert(2)>"]
 HOSTILE = "".join(f"print({line!r})\n" for line in HOSTILE_LINES)
@@ -201,6 +216,40 @@ def test_the_loss_chart_has_a_point_per_logged_step_and_the_history_every_status
     expect(page.locator("ol.timeline li[aria-current=step]")).to_have_attribute(
         "data-version", "2")  # fmt: skip
     expect(page.locator(".job-head [data-field=status]")).to_have_text("succeeded")
+
+
+def test_a_retried_jobs_page_moves_on_to_its_next_attempt_and_shows_the_first_when_picked(
+    cluster: Cluster, browser: Browser, repo_factory: RepoFactory, job_name: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    repo = repo_factory({"requirements.txt": "", "train.py": RETRIED})
+    seen = tmp_path / "first-attempt-seen"
+    cluster.flexai("training", "run", job_name, "-u", str(repo), "--max-retries", "1",
+                   "--retry-on-exit-codes", "3", "--", "train.py", str(seen))  # fmt: skip
+    page = sign_in(browser, cluster, cluster.token)
+    page.goto(f"/jobs/{job_name}")
+    log = page.locator("#log")
+    expect(log).to_contain_text("attempt 1 says hello", timeout=SLOW_S)
+    seen.touch()  # the first attempt ends: the page follows the job on, to its next attempt
+    expect(log).to_contain_text("attempt 2 says hello", timeout=SLOW_S)
+    expect(page.locator("#logs-title")).to_have_text("Logs, attempt 2")
+    expect(log).to_contain_text("attempt 2 tick 5", timeout=SLOW_S)
+    expect(page.locator("[data-field=log-state]")).to_have_text(
+        "The job ended: this is its last line.", timeout=20_000)
+    assert "attempt 1 says hello" not in (log.text_content() or "")
+    expect(page.get_by_role("link", name="attempt 2 (current)")).to_have_attribute(
+        "aria-current", "true")  # fmt: skip
+
+    page.get_by_role("link", name="attempt 1", exact=True).click()
+    expect(page).to_have_url(re.compile(rf"/jobs/{job_name}\?attempt=1#logs-title$"))
+    expect(page.locator("[data-field=log-state]")).to_have_text(
+        "Attempt 1 ended: this is its last line.", timeout=20_000)
+    expect(log).to_contain_text("attempt 1 says hello")
+    assert "attempt 2" not in (log.text_content() or "")
+    expect(page.locator("#logs-title")).to_have_text("Logs, attempt 1")
+    page.get_by_role("link", name="attempt 2 (current)").click()
+    expect(log).to_contain_text("attempt 2 tick 5")
+    assert cluster.inspect(job_name)["status"] == "succeeded"
 
 
 def test_another_users_job_is_a_404_page(

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
-from api.artifacts.store import attempt_job_key
+from common.attempts import attempt_key
 from tests.integration.artifact_api import (
     AGENT,
     OUTPUT,
@@ -127,7 +127,7 @@ def test_each_attempts_log_is_read_back_by_its_attempt_and_the_default_is_the_la
     assert logs(api, attempt=1, offset=18).content == FIRST_LOG[18:]
     # The first attempt's log is where every job's always was.
     assert api.services.artifacts.read_log(job_id, 0) == FIRST_LOG
-    assert api.services.artifacts.read_log(attempt_job_key(job_id, 2), 0) == SECOND_LOG
+    assert api.services.artifacts.read_log(attempt_key(job_id, 2), 0) == SECOND_LOG
 
 
 def test_following_an_attempt_the_job_moved_on_from_sends_it_all_then_ends(api: Api) -> None:
@@ -251,7 +251,7 @@ def test_deleting_a_jobs_artifacts_takes_every_attempts_logs_and_outputs(api: Ap
     api.services.artifacts.delete_job(job_id)
 
     assert api.services.artifacts.log_size(job_id) == 0
-    assert api.services.artifacts.log_size(attempt_job_key(job_id, 2)) == 0
+    assert api.services.artifacts.log_size(attempt_key(job_id, 2)) == 0
     assert api.stored_keys(f"jobs/{job_id}/") == []
 
 

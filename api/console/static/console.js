@@ -123,9 +123,17 @@ function followJob(pre) {
   source.addEventListener("open", () => { state.textContent = "Following the log live."; });
   source.addEventListener("log", (message) => appendLog(pre, JSON.parse(message.data)));
   source.addEventListener("job", (message) => showJob(JSON.parse(message.data)));
-  source.addEventListener("end", () => {
+  source.addEventListener("end", (message) => {
     source.close();
-    state.textContent = "The job ended: this is its last line.";
+    const end = JSON.parse(message.data);
+    if (end.current > end.attempt && "pinned" in pre.dataset) {
+      state.textContent = `Attempt ${end.attempt} ended: this is its last line.`;
+    } else if (end.current > end.attempt) { // the job runs again: show its current attempt
+      state.textContent = `Attempt ${end.attempt} ended: on to attempt ${end.current}…`;
+      window.location.reload();
+    } else {
+      state.textContent = "The job ended: this is its last line.";
+    }
   });
   source.addEventListener("error", () => {
     if (source.readyState !== EventSource.CLOSED) state.textContent = "Reconnecting to the log…";

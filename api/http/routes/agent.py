@@ -11,7 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
-from api.artifacts.store import attempt_job_key, checkpoint_key
+from api.artifacts.store import checkpoint_key
 from api.http.attempts import AgentAttempt
 from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.downloads import ANSWERS, artifact_answer
@@ -32,6 +32,7 @@ from api.http.schemas import (
 from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.scheduling.deadlines import move_jobs_off
 from api.services import Services
+from common.attempts import FIRST, attempt_key, current_attempt
 from domain.node import Node
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
@@ -191,7 +192,7 @@ def assignment_of(document: dict[str, Any]) -> Assignment:
     placements = document.get("placements") or []
     placement = placements[index] if index < len(placements) else {}
     running = document["status"] in (Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value)
-    attempt = int(document.get("attempt") or 1)
+    attempt = current_attempt(document)
     return Assignment(
         job_id=document["id"], name=document["name"], status=document["status"],
         spec=document["spec"], input_checkpoint_id=input_checkpoint_of(document),
@@ -206,7 +207,7 @@ def assignment_of(document: dict[str, Any]) -> Assignment:
 def input_checkpoint_of(document: dict[str, Any]) -> str | None:
     """The checkpoint the job's current attempt starts from: after a preemption or a retry,
     the last one the job recorded; else the one it was submitted with (``--checkpoint``)."""
-    if int(document.get("attempt") or 1) > 1 and document.get("last_checkpoint_id"):
+    if current_attempt(document) > FIRST and document.get("last_checkpoint_id"):
         return str(document["last_checkpoint_id"])
     return document["spec"].get("input_checkpoint_id")
 
@@ -266,7 +267,7 @@ async def ship_logs(job_id: JobId, offset: LogOffset, agent_id: AgentId, request
     await run_in_threadpool(job_of_holder, services, job_id, agent_id, node, node_index)
     data = await request.body()  # at most the log chunk limit (api/http/limits.py)
     size = await run_in_threadpool(
-        services.artifacts.append_log, attempt_job_key(str(job_id), attempt), offset, data,
+        services.artifacts.append_log, attempt_key(str(job_id), attempt), offset, data,
         node_index,
     )  # fmt: skip
     services.log_followers.wake(str(job_id))

@@ -11,9 +11,8 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
 
-from api.artifacts.followers import TooManyFollowers
-from api.artifacts.store import attempt_job_key
-from api.http.attempts import UserAttempt, chosen_attempt, chosen_node, current_attempt
+from api.artifacts.followers import AttemptLog, TooManyFollowers, attempt_over, follow_log
+from api.http.attempts import UserAttempt, chosen_attempt, chosen_node
 from api.http.cursors import InvalidCursor, decode_cursor, encode_cursor
 from api.http.deps import (
     ALL_OWNERS,
@@ -41,17 +40,14 @@ from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
 from api.services import Services
 from domain.actors import user
-from domain.statuses import TERMINAL, Status
+from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
-LOG_READ_BYTES = 256 * 1024
 TEXT = "text/plain; charset=utf-8"
 ATTEMPT_HEADER = "X-Flexai-Attempt"
 """The attempt whose log an answer holds (a follower resumes that one's)."""
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
-FOLLOW_RECHECK_S = 1.0
-"""A quiet follower looks at the log this often anyway (bytes stored by another replica)."""
 LIST_ANSWER: dict[int | str, dict[str, Any]] = {
     207: {"model": SubmissionResults, "description": "A list of jobs: each one's result"}
 }
@@ -219,7 +215,7 @@ async def job_logs(
     document = await run_in_threadpool(find_job, services, owner, name, me)
     job_id = document["id"]
     chosen = chosen_attempt(document, attempt)
-    log = _NodeLog(services, job_id, chosen_node(document, node_index), chosen)
+    log = AttemptLog(services.artifacts, job_id, chosen_node(document, node_index), chosen)
     headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1)),
                ATTEMPT_HEADER: str(chosen)}  # fmt: skip
     # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
@@ -228,61 +224,28 @@ async def job_logs(
         return StreamingResponse(_read_log(log, offset), media_type=TEXT, headers=headers)
     if services.log_followers.count >= services.log_followers.limit:
         raise too_many_followers(TooManyFollowers(services.log_followers.limit))
-    return FollowingResponse(_follow_log(log, offset), media_type=TEXT, headers=headers)
+    return FollowingResponse(_follow_log(services, log, offset), media_type=TEXT,
+                             headers=headers)  # fmt: skip
 
 
-class _NodeLog:
-    """One node's log of one attempt of a job."""
-
-    def __init__(self, services: Services, job_id: str, node_index: int, attempt: int = 1,
-                 ) -> None:  # fmt: skip
-        self.services, self.job_id, self.node_index = services, job_id, node_index
-        self.attempt = attempt
-        self.key = attempt_job_key(job_id, attempt)
-
-    def read(self, offset: int) -> bytes:
-        return self.services.artifacts.read_log(
-            self.key, offset, LOG_READ_BYTES, node_index=self.node_index
-        )
-
-
-async def _read_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
+async def _read_log(log: AttemptLog, offset: int) -> AsyncIterator[bytes]:
     while chunk := log.read(offset):
         offset += len(chunk)
         yield chunk
 
 
-async def _follow_log(log: _NodeLog, offset: int) -> AsyncIterator[bytes]:
+async def _follow_log(services: Services, log: AttemptLog, offset: int) -> AsyncIterator[bytes]:
     """The log from ``offset`` as it grows, until the job is terminal or has moved on past the
-    log's attempt, and every byte is sent (the client tells the user of the next attempt).
+    log's attempt, and every byte is sent (the client tells the user of the next attempt)."""
 
-    Agents ship every line before the terminal report, so one more read after the job ended
-    drains it all. Reads are small and local, so they run on the event loop: no thread waits.
-    """
-    followers = log.services.log_followers
+    async def over() -> bool:
+        return attempt_over(await run_in_threadpool(services.queries.job, log.job_id), log.attempt)
+
+    followers = services.log_followers
     async with followers.follow(log.job_id) as follower:
-        # Registered before the status is read: an end that comes in between still wakes us.
-        follower.job_ended = follower.job_ended or await run_in_threadpool(_over, log)
-        while True:
-            if follower.attempt_ended and not follower.job_ended:
-                follower.attempt_ended = False
-                follower.job_ended = await run_in_threadpool(_over, log)
-            ended = follower.job_ended
-            while chunk := log.read(offset):
-                offset += len(chunk)
+        async for chunk in follow_log(followers, follower, log, offset, over):
+            if chunk:
                 yield chunk
-            if ended:
-                return
-            if followers.closing:
-                return  # the server stops; the client sees the job is not over and resumes
-            await follower.sleep(FOLLOW_RECHECK_S)
-
-
-def _over(log: _NodeLog) -> bool:
-    """Whether the log's attempt is over: the job is gone or terminal, or in a later attempt."""
-    document = log.services.queries.job(log.job_id)
-    return (document is None or Status(document["status"]) in TERMINAL
-            or current_attempt(document) > log.attempt)  # fmt: skip
 
 
 @router.get("/{name}/checkpoints")
