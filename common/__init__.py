@@ -1,5 +1,7 @@
-"""What the CLI, the server and the agent all use: durations, the client config file, and
-downloads of artifacts that resume and verify (``transfer``, on httpx, its bytes read by
-``direct`` into the buffers of ``landing``; ``behind``: hashing beside the stream), and how
-values and a waiting job's reasons read (``wording``).
+"""What the CLI, the server and the agent all use: the wire contract (``contract``: headers,
+statuses, names' rules and limits, of the standard library alone, so the domain takes it too),
+durations, the client config file, and downloads of artifacts that resume and verify
+(``transfer``, on httpx, its bytes read by ``direct`` into the buffers of ``landing``;
+``behind``: hashing beside the stream), and how values and a waiting job's reasons read
+(``wording``).
 Imports: nothing of ours (the standard library and httpx only)."""

@@ -1,5 +1,6 @@
-"""House rule 1: the domain imports only the standard library and eventsourcing, and the model
-modules only ``eventsourcing.domain`` of it, the value bounds and one another (checked by
+"""House rule 1: the domain imports only the standard library, eventsourcing and the wire
+contract (``common.contract``, of the standard library alone), and the model modules only
+``eventsourcing.domain`` of it, the contract, the value bounds and one another (checked by
 reading the source, not importing it)."""
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-DOMAIN = Path(__file__).resolve().parents[2] / "domain"
+ROOT = Path(__file__).resolve().parents[2]
+DOMAIN = ROOT / "domain"
+CONTRACT = "common.contract"
 MODEL_MODULES = (
     "actors.py", "statuses.py", "errors.py", "ids.py", "events.py", "lifecycle.py",
     "job_state.py", "job_facts.py", "job.py", "job_name.py", "node.py", "datasets.py",
-    "scheduling.py", "values.py", "sharing.py", "job_attempts.py", "policy.py", "failures.py",
+    "scheduling.py", "values.py", "specs.py", "sharing.py", "job_attempts.py", "policy.py",
+    "failures.py",
 )  # fmt: skip
 """The aggregates, their rules and the values' bounds."""
 SERVICE_MODULES = (
@@ -53,14 +57,18 @@ def foreign_imports(path: Path, allowed: tuple[str, ...]) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(DOMAIN.glob("*.py")), ids=lambda path: path.name)
 def test_the_domain_imports_only_the_standard_library_and_eventsourcing(path: Path) -> None:
-    assert foreign_imports(path, allowed=("eventsourcing", "domain")) == set()
+    assert foreign_imports(path, allowed=("eventsourcing", "domain", CONTRACT)) == set()
 
 
 @pytest.mark.parametrize("name", MODEL_MODULES)
 def test_the_model_modules_import_only_eventsourcing_domain(name: str) -> None:
     model = tuple(f"domain.{module.removesuffix('.py')}" for module in MODEL_MODULES)
-    allowed = ("eventsourcing.domain", *model)
+    allowed = ("eventsourcing.domain", CONTRACT, *model)
     assert foreign_imports(DOMAIN / name, allowed=allowed) == set()
+
+
+def test_the_wire_contract_the_domain_imports_imports_only_the_standard_library() -> None:
+    assert foreign_imports(ROOT / "common" / "contract.py", allowed=()) == set()
 
 
 def test_the_check_sees_imports_inside_functions_and_relative_ones() -> None:
