@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from common.contract import TERMINAL, Status  # noqa: E402
 from tests.s3 import REGION, SeaweedFS, running_seaweedfs, s3_client  # noqa: E402
 from tests.support import make_repo  # noqa: E402
 
@@ -188,7 +189,7 @@ class Plane:
 
     def _status(self, name: str) -> str:
         status = str(self.http.get(f"/v1/jobs/{name}").json()["status"])
-        if status in ("failed", "rejected", "stopped", "stop failed"):
+        if status in TERMINAL - {Status.SUCCEEDED}:
             raise RuntimeError(f"job {name} is {status}; see the logs in {self.root}")
         return status
 

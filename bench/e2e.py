@@ -63,6 +63,7 @@ for entry in (ROOT, HERE):  # the project's packages (tests.pg, tests.support), 
 from probes import Profiles, snapshot  # noqa: E402
 from slurm import SlurmCluster, SlurmUnavailable, stop_all  # noqa: E402
 
+from common.contract import TERMINAL  # noqa: E402
 from tests.support import make_repo  # noqa: E402
 
 POLL_S = 0.005
@@ -179,9 +180,7 @@ class Flexai:
             status = self.http.get(f"/v1/jobs/{name}").json()["status"]
             if status == "succeeded":
                 return time.perf_counter()
-            if status in ("failed", "rejected", "stopped", "stop failed") or (
-                time.monotonic() > deadline
-            ):
+            if status in TERMINAL or time.monotonic() > deadline:
                 raise RuntimeError(f"job {name} is {status}; see the logs in {self.root}")
             time.sleep(poll)
 

@@ -65,6 +65,7 @@ from soak_report import (  # noqa: E402
     write_json,
 )
 
+from common.contract import Status  # noqa: E402
 from tests.support import make_repo  # noqa: E402
 
 TRAIN_PY = '''\
@@ -237,8 +238,7 @@ class Soak:
         )  # fmt: skip
 
 
-STATUSES = ("pending", "scheduling", "rejected", "building", "in progress", "enqueued",
-            "succeeded", "failed", "stop in progress", "stopped", "stop failed")  # fmt: skip
+STATUSES = tuple(Status)
 
 
 def _count(values: Any) -> dict[str, int]:

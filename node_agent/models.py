@@ -15,10 +15,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-BUILDING = "building"
-ENQUEUED = "enqueued"
-IN_PROGRESS = "in progress"
-STOP_IN_PROGRESS = "stop in progress"
+from common.contract import Status
+
+BUILDING = Status.BUILDING
+ENQUEUED = Status.ENQUEUED
+IN_PROGRESS = Status.IN_PROGRESS
+STOP_IN_PROGRESS = Status.STOP_IN_PROGRESS
 
 DEFAULT_REQUIREMENTS_PATH = "requirements.txt"
 MARKER_VARIABLE = "FLEXAI_JOB_MARKER"
