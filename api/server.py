@@ -17,7 +17,7 @@ from typing import Any
 
 from api.settings import Limits
 from api.tls import Certificate, ServerTls, TlsError
-from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
+from common.contract import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
 
 log = logging.getLogger("api.server")
 

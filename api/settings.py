@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlparse
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator
 
 from api.artifacts.s3_location import S3Location, check_endpoint, check_region, check_url
-from domain.values import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
+from common.contract import DEFAULT_REPOSITORY_KINDS, REPOSITORY_KINDS
 
 MiB = 2**20
 GiB = 2**30
@@ -67,7 +67,7 @@ class Settings(BaseModel):
     """Stored events are compressed with zlib (``--compress-events``)."""
     allowed_repo_schemes: frozenset[str] = frozenset(DEFAULT_REPOSITORY_KINDS)
     """The kinds of repository URL jobs may name (``--allowed-repo-schemes``): keys of
-    ``domain.values.REPOSITORY_KINDS``; git option and transport-helper URLs never pass."""
+    ``common.contract.REPOSITORY_KINDS``; git option and transport-helper URLs never pass."""
     skip_events: frozenset[int] = frozenset()
     """Ledger positions the views pass over (an operator's way past an event they cannot
     apply, after reading it with the audit routes)."""

@@ -54,6 +54,7 @@ from typing import Any
 
 import httpx
 
+from common.contract import TERMINAL, Status
 from tests.s3 import REGION, SeaweedFS, running_seaweedfs, s3_client
 from tests.support import make_repo
 
@@ -186,7 +187,7 @@ class Plane:
 
     def _status(self, name: str) -> str:
         status = str(self.http.get(f"/v1/jobs/{name}").json()["status"])
-        if status in ("failed", "rejected", "stopped", "stop failed"):
+        if status in TERMINAL - {Status.SUCCEEDED}:
             raise RuntimeError(f"job {name} is {status}; see the logs in {self.root}")
         return status
 

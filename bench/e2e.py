@@ -56,6 +56,7 @@ import httpx
 
 from bench.probes import Profiles, snapshot
 from bench.slurm import SlurmCluster, SlurmUnavailable, stop_all
+from common.contract import TERMINAL
 from tests.support import make_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,9 +175,7 @@ class Flexai:
             status = self.http.get(f"/v1/jobs/{name}").json()["status"]
             if status == "succeeded":
                 return time.perf_counter()
-            if status in ("failed", "rejected", "stopped", "stop failed") or (
-                time.monotonic() > deadline
-            ):
+            if status in TERMINAL or time.monotonic() > deadline:
                 raise RuntimeError(f"job {name} is {status}; see the logs in {self.root}")
             time.sleep(poll)
 

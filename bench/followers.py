@@ -39,6 +39,8 @@ from pathlib import Path
 
 import httpx
 
+from common.contract import AGENT_ID_HEADER
+
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_ID = "bench-agent-0123456789abcdef"
 TARGET_P99_MS = 100.0
@@ -80,7 +82,7 @@ class Server:
         self.headers = {"Authorization": f"Bearer {self.token}"}
         self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=30)
         made = self.http.post("/v1/admin/node-tokens", json={"node": "bench-node"}).json()
-        self.agent = {"Authorization": f"Bearer {made['token']}", "X-Flexai-Agent-Id": AGENT_ID}
+        self.agent = {"Authorization": f"Bearer {made['token']}", AGENT_ID_HEADER: AGENT_ID}
         node = self.http.post("/v1/agent/nodes", headers=self.agent, json={
             "name": "bench-node", "accels": 8, "accel_type": "cpu", "agent_id": AGENT_ID,
         }).json()  # fmt: skip

@@ -59,6 +59,7 @@ from bench.soak_report import (
     verify,
     write_json,
 )
+from common.contract import Status
 from tests.support import make_repo
 
 TRAIN_PY = '''\
@@ -231,8 +232,7 @@ class Soak:
         )  # fmt: skip
 
 
-STATUSES = ("pending", "scheduling", "rejected", "building", "in progress", "enqueued",
-            "succeeded", "failed", "stop in progress", "stopped", "stop failed")  # fmt: skip
+STATUSES = tuple(Status)
 
 
 def _count(values: Any) -> dict[str, int]:

@@ -18,7 +18,10 @@ from typing import Any
 
 import httpx
 
-TERMINAL = {"rejected", "succeeded", "failed", "stopped", "stop failed"}
+from common.contract import TERMINAL as CONTRACT_TERMINAL
+from common.contract import Status
+
+TERMINAL = {str(status) for status in CONTRACT_TERMINAL}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -96,7 +99,7 @@ def failure_counts(documents: list[dict[str, Any]]) -> tuple[dict[str, int], lis
     breaches = []
     for job in documents:
         failure = job.get("failure")
-        if job["status"] not in ("failed", "rejected", "stop failed") or not failure:
+        if job["status"] not in ("failed", "rejected", Status.STOP_FAILED) or not failure:
             continue
         counts[f"{failure['code']} ({failure.get('kind') or '-'})"] += 1
         if failure.get("kind") == "infrastructure" and job.get("retries_left", 0) > 0:

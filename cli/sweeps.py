@@ -9,21 +9,19 @@ import argparse
 import itertools
 import json
 import math
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from cli.errors import UsageError
+from common.contract import MAX_JOB_NAME, MAX_SUBMISSIONS, Refusal, check_env_name
 
 MAX_JOBS = 10_000
 """The most jobs one sweep may make (a typo in a grid should not submit a million)."""
-PER_REQUEST = 1000
-"""The most jobs the server takes in one list (its ``MAX_SUBMISSIONS``)."""
+PER_REQUEST = MAX_SUBMISSIONS
+"""The most jobs the server takes in one list."""
 REQUEST_BYTES = 768 * 1024
 """A list's JSON is kept under this, well within the server's default --max-request-bytes."""
-MAX_NAME = 63
 PROG = "flexai training run"
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXAMPLE = "e.g. --sweep LR=0.1,0.01,0.001"
 
 Sweep = list[tuple[str, list[str]]]
@@ -39,11 +37,10 @@ def sweep_assignment(value: str) -> tuple[str, list[str]]:
             f"expected KEY=V1,V2,... (a variable and its values, separated by commas), got "
             f"{value!r}: {_EXAMPLE}"
         )
-    if not _ENV_NAME.match(key):
-        raise argparse.ArgumentTypeError(
-            f"{key!r} in {value!r} is not an environment variable name (letters, digits and "
-            f"'_', not starting with a digit): {_EXAMPLE}"
-        )
+    try:
+        check_env_name(key)
+    except Refusal as refusal:
+        raise argparse.ArgumentTypeError(f"{refusal}, in {value!r}: {_EXAMPLE}") from None
     values = rest.split(",")
     if "" in values:
         raise argparse.ArgumentTypeError(
@@ -75,10 +72,10 @@ def sweep_jobs(job: dict[str, Any], sweep: Sweep) -> list[dict[str, Any]]:
         raise UsageError(f"the sweep makes {count} jobs ({sizes}); at most {MAX_JOBS} are "
                          "allowed: sweep fewer values", prog=PROG)  # fmt: skip
     last = f"{job['name']}-{count}"
-    if len(last) > MAX_NAME:
+    if len(last) > MAX_JOB_NAME:
         raise UsageError(
-            f"the sweep's last job would be named {last!r}, over {MAX_NAME} characters: give a "
-            f"NAME of at most {MAX_NAME - len(str(count)) - 1} characters", prog=PROG,
+            f"the sweep's last job would be named {last!r}, over {MAX_JOB_NAME} characters: give a "
+            f"NAME of at most {MAX_JOB_NAME - len(str(count)) - 1} characters", prog=PROG,
         )  # fmt: skip
     combinations = itertools.product(*(values for _, values in sweep))
     return [

@@ -34,11 +34,10 @@ from urllib.parse import urljoin
 import httpx
 
 from common.behind import Behind
+from common.contract import SHA256_HEADER, SIZE_HEADER
 from common.direct import READINTO, DownloadClients
 from common.landing import Landing
 
-SIZE_HEADER = "X-Flexai-Size"
-SHA256_HEADER = "X-Flexai-Sha256"
 CHUNK = 2**20
 _REDIRECTS = {301, 302, 303, 307, 308}
 _RETRYABLE = {408, 429, 500, 502, 503, 504}

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+import domain.specs as specs
 import domain.values as values
 from domain.errors import InvalidJobSpec, checked
 from domain.sharing import check_sharing
@@ -20,7 +21,7 @@ def check_spec(spec: dict[str, Any]) -> None:
         raise InvalidJobSpec("a repository URL is required (--repository-url)", "repository_url")
     if not spec.get("entry_point"):
         raise InvalidJobSpec("an entry point is required (after `--`)", "entry_point")
-    checked(values.check_spec, spec)
+    checked(specs.check_spec, spec)
     checked(check_sharing, spec)
 
 

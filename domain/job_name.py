@@ -3,28 +3,21 @@ for one live job at a time."""
 
 from __future__ import annotations
 
-import re
 from uuid import UUID, uuid5
 
 from eventsourcing.domain import Aggregate, event
 
+from common.contract import Refusal, check_job_name
 from domain.errors import InvalidJobSpec, NameTaken
 from domain.ids import NAMESPACE
 
-NAME_PATTERN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]{1,61})[A-Za-z0-9]")
-
 
 def check_name(name: str) -> None:
-    """Names: 3 to 63 of ``[A-Za-z0-9_-]``, starting and ending with a letter or digit."""
-    if NAME_PATTERN.fullmatch(name):
-        return
-    if not 3 <= len(name) <= 63:
-        problem = f"is {len(name)} characters long; use 3 to 63"
-    elif re.search(r"[^A-Za-z0-9_-]", name):
-        problem = "may hold only letters, digits, '-' and '_'"
-    else:
-        problem = "must start and end with a letter or a digit"
-    raise InvalidJobSpec(f"job name '{name}' {problem}", "name")
+    """The wire contract's rule (:data:`common.contract.JOB_NAME_RULE`), in its words."""
+    try:
+        check_job_name(name)
+    except Refusal as refusal:
+        raise InvalidJobSpec(f"job name {refusal}", "name") from None
 
 
 class JobName(Aggregate):

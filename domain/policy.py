@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
+from common.contract import PRIORITIES
 from domain.scheduling import Assign, Decision, NodeCapacity, Reject, Wait, choose_node
-from domain.sharing import PRIORITIES
 
 HALF_LIFE_S = 86400.0
 _HOUR_S = 3600.0

@@ -3,7 +3,7 @@ is retried. These live in the job's spec (stored only where they differ from the
 specs written before them read the same); the scheduler's policy (:mod:`domain.policy`) and the
 job's commands read them here.
 
-Imports: domain.values and domain.failures only.
+Imports: domain.values and domain.failures only (and the wire contract's limits).
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from common.contract import MAX_RETRIES, MAX_RETRY_CODES, PRIORITIES
 from domain.failures import is_infrastructure
 from domain.values import InvalidValue, check_int
 
-PRIORITIES = ("low", "normal", "high")
-"""A priority's rank is its index: high (2) goes before normal (1) before low (0)."""
 DEFAULT_PRIORITY = "normal"
-MAX_RETRIES = 20
-MAX_RETRY_CODES = 16
 EXITED = "entry_point_failed"
 """The code of an entry point's own exit: the only failure an exit code is retried on (the
 time limit's SIGTERM is not, whatever code it ends with)."""

@@ -25,6 +25,7 @@ import httpx
 
 from common import transfer
 from common.attempts import attempt_query
+from common.contract import AGENT_ID_HEADER
 from common.tls import ca_file as tls_ca_file
 from common.tls import check_url, client_context, describe_failure
 from node_agent.api_errors import ApiError, ApiUnavailable, ArtifactAltered, NodeTaken, slug
@@ -33,7 +34,6 @@ from node_agent.models import Assignment
 DEFAULT_RETRY_FOR = 60.0
 COMPLETE_TIMEOUT = 600.0
 """Completing an upload may make a large object of its parts (the local store copies them)."""
-AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 """Which agent process speaks: the control plane lets one live agent hold a node name."""
 _RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 300.0

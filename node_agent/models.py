@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common.attempts import FIRST, IN_FILES, attempt_key, current_attempt
+from common.contract import Status
 
-BUILDING = "building"
-ENQUEUED = "enqueued"
-IN_PROGRESS = "in progress"
-STOP_IN_PROGRESS = "stop in progress"
+BUILDING = Status.BUILDING
+ENQUEUED = Status.ENQUEUED
+IN_PROGRESS = Status.IN_PROGRESS
+STOP_IN_PROGRESS = Status.STOP_IN_PROGRESS
 
 DEFAULT_REQUIREMENTS_PATH = "requirements.txt"
 MARKER_VARIABLE = "FLEXAI_JOB_MARKER"

@@ -16,6 +16,7 @@ from api.http.problems import Problem, forbidden, revoked_token, unauthorized, v
 from api.identity.identities import Caller, Identities, Revoked
 from api.identity.sessions import SESSION_COOKIE
 from api.services import Services
+from common.contract import MIN_POSITION_HEADER, POSITION_HEADER
 from projections.projector import ProjectionHalted, ProjectionTimeout
 
 
@@ -173,12 +174,6 @@ async def ledger_writable(services: ServicesDep) -> None:
 
 LedgerWritable = ledger_writable
 
-
-POSITION_HEADER = "X-Flexai-Position"
-"""On a write's answer: the ledger position of what it recorded."""
-MIN_POSITION_HEADER = "X-Flexai-Min-Position"
-"""On a read: answer only from views that hold this ledger position (read your writes, made
-through any replica)."""
 READ_AFTER_WAIT_S = 5.0
 
 

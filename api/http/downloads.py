@@ -25,11 +25,10 @@ from api.http.attempts import (
 )
 from api.http.problems import Problem
 from api.services import Services
+from common.contract import SHA256_HEADER, SIZE_HEADER
 from domain.statuses import TERMINAL
 from domain.values import MAX_NODES
 
-SIZE_HEADER = "X-Flexai-Size"
-SHA256_HEADER = "X-Flexai-Sha256"
 ZIP = "application/zip"
 SEND_CHUNK = 2**20
 """A file's bytes are read and sent a MiB at a time (each read is a hop to a worker thread)."""

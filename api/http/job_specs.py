@@ -12,7 +12,8 @@ from api.http.problems import Problem
 from api.http.schemas import JobCreate
 from api.services import Services
 from domain.sharing import DEFAULT_PRIORITY, default_preemptible
-from domain.values import InvalidValue, check_repository_url, split_dataset
+from domain.specs import check_repository_url, split_dataset
+from domain.values import InvalidValue
 
 
 class JobSpecs:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi.responses import Response
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
+import domain.specs as specs
 import domain.values as values
 from api.http.sharing_schemas import (
     JobAttemptsPublic,
@@ -17,6 +18,7 @@ from api.http.sharing_schemas import (
     RetryExitCodes,
 )
 from api.http.upload_schemas import RecordedOutput
+from common.contract import JOB_NAME_RULE
 from domain.values import InvalidValue
 
 
@@ -52,7 +54,6 @@ BYTES_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}  # fmt: skip
 """OpenAPI's word for a route that reads raw bytes from its body (log bytes, a part)."""
 AGENT_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
-AGENT_ID_HEADER = "X-Flexai-Agent-Id"
 
 
 class JobCreate(BaseModel):
@@ -62,8 +63,8 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: JobName = Field(description=values.NAME_RULE)
-    repository_url: Annotated[str, bounded(values.check_repository_url)] = Field(
+    name: JobName = Field(description=JOB_NAME_RULE)
+    repository_url: Annotated[str, bounded(specs.check_repository_url)] = Field(
         min_length=1,
         description="https://, ssh://, user@host:path, or an absolute path or file:// URL on "
         "the node (the server's --allowed-repo-schemes say which)",
@@ -72,13 +73,13 @@ class JobCreate(BaseModel):
     requirements_path: Annotated[str, _text(values.MAX_PATH)] = "requirements.txt"
     accels: int = Field(default=1, ge=1, le=values.MAX_ACCELS)
     nodes: int = Field(default=1, ge=1, le=values.MAX_NODES)
-    env: Annotated[dict[str, str], bounded(values.check_env)] = Field(default_factory=dict)
-    secrets: Annotated[dict[str, str], bounded(values.check_secrets)] = Field(
+    env: Annotated[dict[str, str], bounded(specs.check_env)] = Field(default_factory=dict)
+    secrets: Annotated[dict[str, str], bounded(specs.check_secrets)] = Field(
         default_factory=dict
     )
-    datasets: Annotated[list[str], bounded(values.check_datasets)] = Field(default_factory=list)
+    datasets: Annotated[list[str], bounded(specs.check_datasets)] = Field(default_factory=list)
     checkpoint: Text | None = None
-    entry_point: Annotated[list[str], bounded(values.check_entry_point)] = Field(min_length=1)
+    entry_point: Annotated[list[str], bounded(specs.check_entry_point)] = Field(min_length=1)
     time_limit_s: int | None = Field(
         default=None, ge=1, le=values.MAX_TIME_LIMIT_S,
         description="end the job (failed, time_limit_exceeded) past this many seconds of "

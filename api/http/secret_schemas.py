@@ -9,6 +9,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import domain.values as values
 from api.http.schemas import bounded
+from common.contract import SECRET_RULE
 
 
 def _secret_value(value: str) -> str:
@@ -41,7 +42,7 @@ class SecretValue(BaseModel):
 
 
 class SecretCreate(SecretValue):
-    name: SecretName = Field(description=values.SECRET_RULE)
+    name: SecretName = Field(description=SECRET_RULE)
 
 
 class SecretPublic(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from domain.sharing import MAX_RETRIES, MAX_RETRY_CODES
+from common.contract import MAX_RETRIES, MAX_RETRY_CODES
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """The config of an admin's or a token's body: no unknown field, no value taken for another

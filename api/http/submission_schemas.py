@@ -9,9 +9,7 @@ from pydantic import BaseModel, Field, PlainValidator
 
 from api.http.problems import ProblemDetails
 from api.http.schemas import JobCreate, JobPublic
-
-MAX_SUBMISSIONS = 1000
-"""The most jobs one ``POST /v1/jobs`` may carry as a list (a sweep sends more in several)."""
+from common.contract import MAX_SUBMISSIONS
 
 
 def _one_or_many(value: Any) -> Any:

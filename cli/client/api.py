@@ -15,12 +15,10 @@ from cli.client.http import HttpSession
 from cli.errors import CliError
 from common.attempts import current_attempt
 from common.client_config import load_client_config
+from common.contract import ATTEMPT_HEADER, TERMINAL
 from common.tls import client_context
 from common.transfer import Altered, Fetched, Refused, Unavailable, fetch
 
-TERMINAL_STATUSES = frozenset({"rejected", "succeeded", "failed", "stopped", "stop failed"})
-ATTEMPT_HEADER = "X-Flexai-Attempt"
-"""The attempt a log answer is of."""
 FETCH_PATIENCE_S = 10.0
 """How long `fetch` keeps trying while the store or the control plane is away (or after a
 cut without progress) before it says so."""
@@ -149,7 +147,7 @@ class ApiClient(HttpSession):
                 if moved_on is not None:
                     moved_on(int(followed), job)
                 return True
-            return str(job["status"]) in TERMINAL_STATUSES
+            return str(job["status"]) in TERMINAL
 
         yield from self._resumed_stream(path, params, offset=offset, follow=follow,
                                         finished=finished, sticky={ATTEMPT_HEADER: "attempt"})

@@ -13,6 +13,7 @@ from typing import Any, Self
 import httpx
 
 from cli.errors import CliError
+from common.contract import MIN_POSITION_HEADER, POSITION_HEADER
 from common.tls import TlsConfigError, check_url, client_context, describe_failure
 from common.tls import ca_file as tls_ca_file
 
@@ -26,8 +27,6 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 
 _OWNED_PATHS = ("/v1/jobs", "/v1/audit/jobs")
 """The routes an admin's ``owner`` applies to."""
-POSITION_HEADER = "X-Flexai-Position"
-MIN_POSITION_HEADER = "X-Flexai-Min-Position"
 
 
 class HttpSession:

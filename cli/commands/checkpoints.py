@@ -19,9 +19,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    from cli.client.api import TERMINAL_STATUSES, ApiClient
+    from cli.client.api import ApiClient
     from cli.output.formats import render_json
     from cli.output.tables import render_checkpoints_table
+    from common.contract import TERMINAL
 
     with ApiClient.from_config(owner=args.owner) as client:
         answer = client.list_checkpoints(args.name)
@@ -30,7 +31,7 @@ def execute(args: argparse.Namespace) -> int:
         status = None if checkpoints or args.json else str(client.get_job(args.name)["status"])
     if args.json:
         print(render_json(answer))
-    elif status in TERMINAL_STATUSES:
+    elif status in TERMINAL:
         print(f"Training job {args.name} ({status}) wrote no checkpoints.")
     elif status is not None:
         print(f"Training job {args.name} ({status}) has no checkpoints yet: they appear as its "

@@ -14,9 +14,10 @@ import shlex
 from typing import Any
 
 from cli.commands import add_json_flag
+from common.contract import MAX_PAGE
 
 DEFAULT_LIMIT = 50
-MAX_LIMIT = 500
+MAX_LIMIT = MAX_PAGE
 """The server's largest page; --all pages by it unless --limit says otherwise."""
 
 

@@ -72,10 +72,10 @@ def _every_node(client: Any, args: argparse.Namespace, out: Output, told: NextAt
 
 def _say_why_empty(client: Any, name: str) -> None:
     """An empty log, explained on stderr (stdout stays the log's bytes: none)."""
-    from cli.client.api import TERMINAL_STATUSES
+    from common.contract import TERMINAL
 
     status = str(client.get_job(name).get("status"))
-    if status in TERMINAL_STATUSES:
+    if status in TERMINAL:
         print(f"training job {name} ({status}) left no log lines: it ended before its node "
               f"wrote any; `flexai training inspect {name}` says why", file=sys.stderr)
     else:

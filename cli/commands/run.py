@@ -39,17 +39,17 @@ from cli.commands import add_json_flag
 from cli.errors import CliError, UsageError
 from cli.sharing_flags import add_sharing_flags, sharing_fields
 from cli.sweeps import MAX_JOBS, in_requests, sweep_assignment, sweep_jobs, swept_values
+from common.contract import (
+    JOB_NAME_RULE,
+    Refusal,
+    check_env_name,
+    check_job_name,
+    looks_remote,
+    repository_kind,
+)
 from common.durations import human_duration
 
 USAGE = "flexai training run NAME -u REPOSITORY_URL [options] -- ENTRY_POINT [ARGS ...]"
-NAME_RULE = (
-    "a name has 3 to 63 characters among letters, digits, '-' and '_', "
-    "and starts and ends with a letter or digit"
-)
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{1,61}[A-Za-z0-9]$")
-_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SCP_LIKE = re.compile(r"^[^/:]+:")  # git's `host:path` / `user@host:path` form
 MISSING_ENTRY_POINT = (
     "the entry point is missing: put it after `--`, "
     "e.g. `flexai training run NAME -u URL -- train.py --lr 0.1`"
@@ -73,9 +73,10 @@ def split_entry_point(argv: list[str]) -> tuple[list[str], list[str] | None]:
 def job_name(value: str) -> str:
     """An argparse type: a job name, or a sweep's stem (its jobs are NAME-1, ...): letters,
     digits, '-' and '_', from a letter or digit on. :func:`build_job` checks the whole rule."""
-    if not _STEM.fullmatch(value):
-        raise argparse.ArgumentTypeError(f"invalid job name {value!r}: {NAME_RULE}")
-    return value
+    try:
+        return check_job_name(value, stem=True)
+    except Refusal as refusal:
+        raise argparse.ArgumentTypeError(f"job name {refusal}") from None
 
 
 def positive_int(value: str) -> int:
@@ -122,20 +123,23 @@ def secret_assignment(value: str) -> tuple[str, str]:
 
 
 def _check_env_name(key: str, value: str) -> None:
-    if not _ENV_NAME.fullmatch(key):
-        raise argparse.ArgumentTypeError(
-            f"{key!r} in {value!r} is not an environment variable name "
-            f"(letters, digits and '_', not starting with a digit)"
-        )
+    try:
+        check_env_name(key)
+    except Refusal as refusal:
+        raise argparse.ArgumentTypeError(f"{refusal}, in {value!r}") from None
 
 
 def repository_url(value: str, cwd: Path | None = None) -> str:
     """Remote and ``file://`` URLs as given; a local path made absolute (the agent on this
     machine clones from there), after checking that it exists."""
     if not value.strip():
-        raise CliError(f"the repository URL is empty; {_GIVE}")
-    _refuse_git_injection(value)
-    if "://" in value or _SCP_LIKE.match(value):
+        raise CliError("the repository URL is empty; give a git URL, a file:// URL, or the path "
+                       "of a local git repository")
+    if looks_remote(value) or value.startswith("-"):
+        try:
+            repository_kind(value)  # the server checks it again, with the kinds it accepts
+        except Refusal as refusal:
+            raise CliError(f"the repository URL {refusal}") from None
         return value
     base = cwd or Path.cwd()
     path = Path(os.path.expanduser(value))
@@ -154,35 +158,14 @@ def repository_url(value: str, cwd: Path | None = None) -> str:
     return str(absolute)
 
 
-_TRANSPORT_HELPER = re.compile(r"^[A-Za-z0-9+.-]*::")
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_SCHEMES = {"https", "http", "ssh", "git+ssh", "ssh+git", "git", "file"}
-_GIVE = "give an https://, ssh:// or git@host:path URL, or the path of a local git repository"
-
-
-def _refuse_git_injection(value: str) -> None:
-    """Refuse early what git would read as an option or a transport helper (the server
-    refuses it too, with the kinds of URL it accepts)."""
-    scheme = _SCHEME.match(value)
-    if value.startswith("-"):
-        raise CliError(f"the repository URL {value!r} starts with '-', which git reads as an "
-                       f"option; {_GIVE}")  # fmt: skip
-    if _TRANSPORT_HELPER.match(value):
-        raise CliError(f"the repository URL {value!r} names a git transport helper ('::'), "
-                       f"which runs commands; {_GIVE}")  # fmt: skip
-    if scheme is not None and scheme.group(1).lower() not in _SCHEMES:
-        raise CliError(f"the repository URL {value!r} has the unknown scheme "
-                       f"'{scheme.group(1)}'; {_GIVE}")  # fmt: skip
-    if any(ord(character) < 32 or ord(character) == 127 for character in value):
-        raise CliError(f"the repository URL {value!r} holds a control character; {_GIVE}")
-
-
 # --- the command ---------------------------------------------------------------------------
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.usage = USAGE
-    parser.add_argument("name", metavar="NAME", type=job_name, help=f"the job's name: {NAME_RULE}")
+    parser.add_argument(
+        "name", metavar="NAME", type=job_name, help=f"the job's name: {JOB_NAME_RULE}"
+    )
     parser.add_argument(
         "--repository-url",
         "-u",
@@ -291,9 +274,12 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         raise UsageError(
             f"{', '.join(both)} is given both with --env and --secret", prog="flexai training run"
         )
-    if not getattr(args, "sweep", None) and not _NAME.fullmatch(args.name):
-        raise UsageError(f"invalid job name {args.name!r}: {NAME_RULE} (a --sweep's NAME is "
-                         "the stem of its jobs' names, NAME-1, ...)", prog="flexai training run")
+    if not getattr(args, "sweep", None):
+        try:
+            check_job_name(args.name)
+        except Refusal as refusal:
+            raise UsageError(f"job name {refusal} (a --sweep's NAME is the stem of its jobs' "
+                             "names, NAME-1, ...)", prog="flexai training run") from None
     names = [item.partition("=")[0] for item in args.dataset]
     if len(set(names)) != len(names):
         raise UsageError("a --dataset is given twice", prog="flexai training run")

@@ -13,7 +13,6 @@ to the job's user, who runs the steps that run code from the repository or its r
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 from collections import deque
@@ -21,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.contract import Refusal, repository_kind
 from node_agent.build.datasets import DatasetCache, DatasetUnavailable, provide_datasets
 from node_agent.build.envcache import (
     EnvCache,
@@ -157,13 +157,10 @@ class JobBuild:
 
     def checkout(self) -> None:
         url, revision = self.spec.repository_url, self.spec.repository_revision
-        if url.startswith("-") or _TRANSPORT_HELPER.match(url):  # the server refuses them too
-            raise BuildFailed(
-                "clone_failed",
-                f"refused to clone {url[:200]!r}: git would read it as an option or a transport "
-                "helper that runs commands; give an https://, ssh:// or git@host:path URL or an "
-                "absolute path",
-            )  # fmt: skip
+        try:
+            repository_kind(url)  # the server refused it already: this is the last guard
+        except Refusal as refusal:
+            raise BuildFailed("clone_failed", f"refused to clone: {refusal}") from None
         if self._copy_kept_checkout(url, revision):
             return
         self.log(f"cloning {url}" + (f" at revision {revision}" if revision else ""))
@@ -416,4 +413,3 @@ def _git_env() -> dict[str, str]:
 
 GIT_PROTOCOLS = "file:git:http:https:ssh"
 """The transports git may use for a job's repository (the server chooses among them)."""
-_TRANSPORT_HELPER = re.compile(r"[A-Za-z0-9+.-]*::")

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from common.contract import DATASET_NAME
 from node_agent.build.unpack import ArchiveRefused, NoSpace, UnpackLimits
 from node_agent.build.unpack import unpack as safe_unpack
 from node_agent.client import ApiError, ApiUnavailable, ArtifactAltered, ControlPlaneClient
@@ -35,7 +36,6 @@ FetchDataset = Callable[[str, Path], None]
 """Save the archive of the dataset version with the given hash at the path; raise
 :class:`DatasetUnavailable` when the control plane does not have it."""
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 2**20
 
@@ -135,7 +135,7 @@ def provide_datasets(
     given as ``NAME=MOUNT``; once: a job submitted before the control plane refused a name
     given twice may hold one twice)."""
     for name in dict.fromkeys(spec.datasets):
-        if not NAME.fullmatch(name):
+        if not DATASET_NAME.fullmatch(name):
             raise DatasetUnavailable("dataset_not_found", f"{name[:80]!r} is no dataset name")
         content_hash = spec.dataset_hashes.get(name)
         if content_hash is not None and cache is not None:
@@ -146,7 +146,7 @@ def provide_datasets(
             source = _local(name, local_dir)
             log(f"dataset {name} mounted from {source}")
         mount = spec.dataset_mounts.get(name, name)
-        if not NAME.fullmatch(mount):
+        if not DATASET_NAME.fullmatch(mount):
             raise DatasetUnavailable("dataset_not_found", f"{mount[:80]!r} is no folder name")
         (input_dir / mount).symlink_to(source, target_is_directory=True)
 

@@ -97,7 +97,8 @@ def test_an_invalid_body_is_a_422_problem_naming_the_field(
     assert "repository_url: is required" in body["detail"]
     one = client.post("/v1/jobs", headers=headers, json={**SPEC, "name": "a"})
     said = assert_problem(one, 422, "invalid-request")
-    assert said["field"] == "name" and "name: 'a' is not valid: use 3 to 63" in said["detail"]
+    assert said["field"] == "name"
+    assert "name: 'a' is 1 character long; use 3 to 63" in said["detail"]
     worded = client.post("/v1/jobs", headers=headers, json={
         **SPEC, "name": "ok-name", "time_limit_s": 10**9, "priority": "mid", "nodes": "two"})
     detail = assert_problem(worded, 422, "invalid-request")["detail"]

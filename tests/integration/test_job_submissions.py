@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.http.app import create_app
-from api.http.submission_schemas import MAX_SUBMISSIONS
 from api.identity.identities import ensure_admin_token
 from api.services import build_services
 from api.settings import Settings
+from common.contract import MAX_SUBMISSIONS
 from domain.actors import user
 from domain.application import Outcome, TrainingJobs
 from domain.errors import InvalidJobSpec, NameGivenTwice, NameTaken

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.values import PLATFORM_VARIABLES
+from domain.specs import PLATFORM_VARIABLES
 from node_agent.models import MARKER_VARIABLE, JobDirs
 from node_agent.run.launch import (
     EntryPointNotFound,

@@ -113,7 +113,7 @@ def test_push_refuses_a_name_outside_the_rule_before_reading_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["dataset", "push", "../etc", str(tmp_path)]) == 2
-    assert "is not a dataset name" in capsys.readouterr().err
+    assert "dataset name '../etc' is not valid: use 1 to 128" in capsys.readouterr().err
 
 
 def test_list_is_a_table_with_a_short_hash() -> None:

@@ -104,7 +104,7 @@ def test_a_value_that_cannot_be_stored_is_refused_before_anything_is_sent(
 
 def test_a_bad_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["secret", "delete", "../x"]) == 2
-    assert "is not a secret name" in capsys.readouterr().err
+    assert "secret name '../x' is not valid: use 1 to 63" in capsys.readouterr().err
 
 
 def test_list_is_a_table_of_names_and_dates() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from domain.datasets import Dataset
-from domain.values import InvalidValue, check_dataset_hashes, check_spec
+from domain.specs import check_dataset_hashes, check_spec
+from domain.values import InvalidValue
 
 ALICE = {"kind": "user", "id": "alice"}
 FIRST = "a" * 64

@@ -12,7 +12,8 @@ from api.server import _settings, parse
 from api.settings import Settings
 from cli.commands.run import repository_url
 from cli.errors import CliError
-from domain.values import InvalidValue, check_repository_url, check_spec, repository_kind
+from domain.specs import check_repository_url, check_spec, repository_kind
+from domain.values import InvalidValue
 
 
 @pytest.mark.parametrize(

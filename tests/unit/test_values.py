@@ -14,14 +14,13 @@ from domain.actors import agent, user
 from domain.errors import InvalidJobSpec
 from domain.job import TrainingJob
 from domain.node import Node
+from domain.specs import check_env, check_spec
 from domain.values import (
     BIGINT_MAX,
     InvalidValue,
     check_accelerators,
     check_checkpoint_name,
     check_commit,
-    check_env,
-    check_spec,
     check_text,
     clean_checkpoint_facts,
 )

@@ -17,7 +17,6 @@ from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.downloads import ANSWERS, artifact_answer
 from api.http.problems import Problem
 from api.http.schemas import (
-    AGENT_ID_HEADER,
     AGENT_ID_PATTERN,
     BYTES_BODY,
     Assignment,
@@ -33,6 +32,7 @@ from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.scheduling.deadlines import move_jobs_off
 from api.services import Services
 from common.attempts import FIRST, attempt_key, current_attempt
+from common.contract import AGENT_ID_HEADER
 from domain.node import Node
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES

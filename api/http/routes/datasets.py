@@ -17,9 +17,10 @@ from api.http.problems import Problem
 from api.http.routes.agent import AgentId, JobId, require_job
 from api.http.schemas import DatasetDetail, DatasetPublic, DatasetPushed, DatasetsPublic
 from api.services import Services
+from common.contract import DATASET_RULE
 from domain.actors import user
 from domain.node import Node
-from domain.values import DATASET_RULE, InvalidValue, check_dataset_name
+from domain.values import InvalidValue, check_dataset_name
 
 router = APIRouter(prefix="/v1", tags=["datasets"])
 DatasetName = Annotated[str, Path(description=DATASET_RULE)]

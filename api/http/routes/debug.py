@@ -50,9 +50,9 @@ from api.http.deps import (
 from api.http.problems import Problem, problem_response
 from api.http.routes.agent import AgentId, require_own_node
 from api.http.routes.jobs import find_job
-from api.http.schemas import AGENT_ID_HEADER
 from api.identity.identities import Caller
 from api.services import Services
+from common.contract import AGENT_ID_HEADER
 from domain.actors import Actor, agent, scheduler, user
 from domain.errors import JobNotRunning
 from domain.statuses import Status

@@ -39,14 +39,13 @@ from api.http.schemas import (
 from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
 from api.services import Services
+from common.contract import ATTEMPT_HEADER, MAX_PAGE, NODES_HEADER
 from domain.actors import user
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 TEXT = "text/plain; charset=utf-8"
-ATTEMPT_HEADER = "X-Flexai-Attempt"
-"""The attempt whose log an answer holds (a follower resumes that one's)."""
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
 LIST_ANSWER: dict[int | str, dict[str, Any]] = {
     207: {"model": SubmissionResults, "description": "A list of jobs: each one's result"}
@@ -125,7 +124,7 @@ def parse_statuses(values: list[str]) -> set[Status]:
 def list_jobs(
     services: ServicesDep,
     owner: JobOwner,
-    limit: int = Query(default=50, ge=1, le=500, description="jobs per page"),
+    limit: int = Query(default=50, ge=1, le=MAX_PAGE, description="jobs per page"),
     cursor: str | None = Query(default=None, max_length=1024,
                                description="the previous page's next_cursor"),  # fmt: skip
     status: Annotated[list[str] | None, Query(description="only jobs in these statuses")] = None,
@@ -216,7 +215,7 @@ async def job_logs(
     job_id = document["id"]
     chosen = chosen_attempt(document, attempt)
     log = AttemptLog(services.artifacts, job_id, chosen_node(document, node_index), chosen)
-    headers = {"X-Flexai-Nodes": str(max(len(document.get("placements") or []), 1)),
+    headers = {NODES_HEADER: str(max(len(document.get("placements") or []), 1)),
                ATTEMPT_HEADER: str(chosen)}  # fmt: skip
     # Read once before the answer starts: a disk that fails is a 503 problem, not a cut stream.
     log.read(offset)

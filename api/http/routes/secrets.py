@@ -25,8 +25,9 @@ from api.http.secret_schemas import (
     SecretValue,
 )
 from api.identity.secrets import SecretExists, SecretUnreadable, StoredSecret
+from common.contract import SECRET_RULE
 from domain.statuses import Status
-from domain.values import SECRET_RULE, InvalidValue, check_secret_name
+from domain.values import InvalidValue, check_secret_name
 
 router = APIRouter(prefix="/v1", tags=["secrets"])
 SecretNamePath = Annotated[str, Path(description=SECRET_RULE)]

@@ -19,8 +19,9 @@ from api.http.deps import tell_position
 from api.http.job_specs import JobSpecs
 from api.http.problems import Problem, from_domain, invalid_values
 from api.http.schemas import JobCreate, JobPublic
-from api.http.submission_schemas import MAX_SUBMISSIONS, SubmissionResult, SubmissionResults
+from api.http.submission_schemas import SubmissionResult, SubmissionResults
 from api.services import Services
+from common.contract import MAX_SUBMISSIONS
 from domain.actors import user
 from domain.outcomes import Outcome
 
