@@ -10,6 +10,7 @@ from pathlib import Path
 from api.artifacts.archives import ArchiveLimits
 from api.artifacts.followers import LogFollowers
 from api.artifacts.local import LocalArtifactStore
+from api.artifacts.recording import ArtifactRecords
 from api.artifacts.settling import LogSettler
 from api.artifacts.store import ArtifactStore
 from api.artifacts.uploads import UploadSessions
@@ -59,6 +60,8 @@ class Services:
     artifacts: ArtifactStore
     uploads: UploadSessions
     """Agents' upload sessions (the ``artifact_uploads`` table: any replica continues one)."""
+    records: ArtifactRecords
+    """Completes agents' uploads and records their artifacts."""
     log_followers: LogFollowers
     waits: Waits
     secrets: SecretStore
@@ -161,16 +164,18 @@ def _services(settings: Settings, database: Database) -> Services:
         sqlite_file = Path(settings.resolved_database_url.removeprefix("sqlite:///"))
         leader_lock = FileLeaderLock(sqlite_file.with_name(sqlite_file.name + ".scheduler-lock"))
         presence = FilePresence(sqlite_file.with_name(sqlite_file.name + ".servers"))
+    queries, uploads = Queries(database), UploadSessions(database)
     return Services(
         settings=settings,
         jobs=jobs,
         database=database,
         projector=projector,
-        queries=Queries(database),
+        queries=queries,
         state=OperationalState(database),
         identities=identities,
         artifacts=artifacts,
-        uploads=UploadSessions(database),
+        uploads=uploads,
+        records=ArtifactRecords(artifacts, uploads, jobs, projector, queries),
         log_followers=log_followers,
         assignment_waiters=assignment_waiters,
         waits=Waits(database),

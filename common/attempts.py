@@ -11,6 +11,7 @@ later attempt with an ``attempt`` parameter and the first with none (:func:`atte
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 FIRST = 1
@@ -49,3 +50,30 @@ def last_attempt(document: Mapping[str, Any]) -> int:
     """The highest attempt the job has had."""
     listed = [int(entry.get("attempt") or 0) for entry in document.get("attempts") or []]
     return max([current_attempt(document), *listed])
+
+
+def output_attempt(document: Mapping[str, Any], output: Mapping[str, Any]) -> int:
+    """The attempt whose output a recorded one is: as the view says, else the last attempt
+    that had started when it was recorded (the views keep a node's last output only)."""
+    if output.get("attempt"):
+        return int(output["attempt"])
+    recorded = _moment(output.get("at"))
+    if recorded is None or not document.get("attempts"):
+        return current_attempt(document)
+    started = [int(entry["attempt"]) for entry in document.get("attempts") or []
+               if entry.get("attempt") and (moment := _moment(entry.get("started_at")))
+               and moment <= recorded]  # fmt: skip
+    return max(started, default=1)
+
+
+def outputs_attempt(document: Mapping[str, Any]) -> int:
+    """The default attempt of a fetch: the last one that recorded outputs, else the last."""
+    recorded = [output_attempt(document, output) for output in document.get("outputs") or []]
+    return max(recorded, default=current_attempt(document))
+
+
+def _moment(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None

@@ -9,7 +9,6 @@ node the job does not run on.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Query
@@ -57,30 +56,3 @@ def chosen_node(document: dict[str, Any], node_index: int) -> int:
             nodes=nodes,
         )  # fmt: skip
     return node_index
-
-
-def output_attempt(document: dict[str, Any], output: dict[str, Any]) -> int:
-    """The attempt whose output a recorded one is: as the view says, else the last attempt
-    that had started when it was recorded (the views keep a node's last output only)."""
-    if output.get("attempt"):
-        return int(output["attempt"])
-    recorded = _moment(output.get("at"))
-    if recorded is None or not document.get("attempts"):
-        return current_attempt(document)
-    started = [int(entry["attempt"]) for entry in document.get("attempts") or []
-               if entry.get("attempt") and (moment := _moment(entry.get("started_at")))
-               and moment <= recorded]  # fmt: skip
-    return max(started, default=1)
-
-
-def outputs_attempt(document: dict[str, Any]) -> int:
-    """The default attempt of a fetch: the last one that recorded outputs, else the last."""
-    recorded = [output_attempt(document, output) for output in document.get("outputs") or []]
-    return max(recorded, default=current_attempt(document))
-
-
-def _moment(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None

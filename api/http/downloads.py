@@ -16,15 +16,10 @@ from fastapi import Path, Response
 from fastapi.responses import FileResponse, RedirectResponse
 
 from api.artifacts.store import ArtifactStore, output_key
-from api.http.attempts import (
-    chosen_attempt,
-    chosen_node,
-    current_attempt,
-    output_attempt,
-    outputs_attempt,
-)
+from api.http.attempts import chosen_attempt, chosen_node
 from api.http.problems import Problem
 from api.services import Services
+from common.attempts import current_attempt, output_attempt, outputs_attempt
 from common.contract import SHA256_HEADER, SIZE_HEADER
 from domain.statuses import TERMINAL
 from domain.values import MAX_NODES

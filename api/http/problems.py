@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.artifacts.archives import ArchiveTooLarge, InvalidArchive
 from api.artifacts.store import LogOffsetMismatch, StorageUnavailable, UploadIncomplete
 from api.http.route_templates import RouteTemplates
+from api.identity import identities
 from api.identity.identities import IdentityError
 from api.scheduling.nodes import NodeTaken
 from domain.errors import (
@@ -176,6 +177,21 @@ def problem_response(problem: Problem, request: Request | None, path: str = "") 
     )
 
 
+IDENTITY_PROBLEMS: list[tuple[type[IdentityError], int, str]] = [
+    (identities.InvalidIdentityValue, 422, "invalid-request"),
+    (identities.UserNotFound, 404, "user-not-found"),
+    (identities.UserExists, 409, "user-exists"),
+    (identities.TokenNotFound, 404, "token-not-found"),
+    (IdentityError, 409, "conflict"),
+]  # how each refusal of users and tokens is answered
+
+
+def from_identity(error: IdentityError) -> Problem:
+    status, slug = next((code, slug) for kind, code, slug in IDENTITY_PROBLEMS
+                        if isinstance(error, kind))  # fmt: skip
+    return Problem(status, slug, error.title, error.detail)
+
+
 def from_domain(error: Exception) -> Problem:
     detail = str(error)
     if isinstance(error, InvalidJobSpec) and error.field:
@@ -237,8 +253,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(IdentityError)
     async def _identity(request: Request, error: IdentityError) -> JSONResponse:
-        return problem_response(Problem(error.status, error.slug, error.title, error.detail),
-                                request)  # fmt: skip
+        return problem_response(from_identity(error), request)
 
     @app.exception_handler(InvalidArchive)
     async def _archive(request: Request, error: InvalidArchive) -> JSONResponse:

@@ -54,11 +54,30 @@ MAX_LABEL = 200
 
 
 class IdentityError(Exception):
-    """A user or token operation that cannot be done; the message says why and what to do."""
+    """A user or token operation that cannot be done; the message says why and what to do,
+    ``title`` what went wrong in a few words (how HTTP answers it is the API's business)."""
 
-    def __init__(self, status: int, slug: str, title: str, detail: str) -> None:
+    title = "Refused"
+
+    def __init__(self, detail: str, title: str | None = None) -> None:
         super().__init__(detail)
-        self.status, self.slug, self.title, self.detail = status, slug, title, detail
+        self.detail, self.title = detail, title or self.title
+
+
+class InvalidIdentityValue(IdentityError):
+    """A user name or a quota that is not valid."""
+
+
+class UserNotFound(IdentityError):
+    title = "User not found"
+
+
+class UserExists(IdentityError):
+    title = "User exists"
+
+
+class TokenNotFound(IdentityError):
+    title = "Token not found"
 
 
 @dataclass(frozen=True)
@@ -112,16 +131,13 @@ def legacy_token_id(token: str) -> str:
 
 def check_user_name(name: str) -> str:
     if not USER_NAME.fullmatch(name):
-        raise IdentityError(
-            422, "invalid-request", "Invalid user name",
-            f"user name {name[:70]!r} is not valid: use {USER_NAME_RULE}",
-        )  # fmt: skip
+        raise InvalidIdentityValue(f"user name {name[:70]!r} is not valid: use {USER_NAME_RULE}",
+                                   "Invalid user name")  # fmt: skip
     return name
 
 
 def _user_not_found(name: str) -> IdentityError:
-    return IdentityError(
-        404, "user-not-found", "User not found",
+    return UserNotFound(
         f"there is no user {name}; `flexai admin user create {name}` makes one "
         "(with its first token)",
     )  # fmt: skip
@@ -210,8 +226,7 @@ class Identities:
         check_user_name(name)
         with self.database.transaction(write=True) as cursor:
             if not self._ensure_user(cursor, name, admin, by):
-                raise IdentityError(
-                    409, "user-exists", "User exists",
+                raise UserExists(
                     f"there is a user {name} already; give it another token with `flexai admin "
                     f"token create --user {name}`, or choose another name",
                 )  # fmt: skip
@@ -242,9 +257,9 @@ class Identities:
     def set_quota(self, name: str, accels: int | None, by: str) -> None:
         """At most ``accels`` accelerators of ``name``'s jobs running at once; None: no quota."""
         if accels is not None and accels < 0:
-            raise IdentityError(
-                422, "invalid-request", "Invalid quota",
+            raise InvalidIdentityValue(
                 f"a quota of {accels} accelerators is not valid: give 0 or more, or none",
+                "Invalid quota",
             )  # fmt: skip
         self._set_user(name, "quota_accels", accels, by)
 
@@ -326,8 +341,7 @@ class Identities:
             )
             row = cursor.fetchone()
             if row is None or not (by.admin or (row["user_name"] == by.user and by.user)):
-                raise IdentityError(
-                    404, "token-not-found", "Token not found",
+                raise TokenNotFound(
                     f"no token of yours has the id {token_id[:40]!r}; `flexai admin token list` "
                     "shows their ids",
                 )  # fmt: skip
