@@ -10,7 +10,8 @@ cli.timetravel, common
 from __future__ import annotations
 
 import argparse
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 # In the order `flexai training --help` lists them.
 TRAINING_COMMANDS = (
@@ -31,6 +32,33 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the server's JSON answer as is, for scripts"
     )
+
+
+def add_named(parser: argparse.ArgumentParser, kind: str, rule: str,
+              check: Callable[[str], str]) -> None:  # fmt: skip
+    """The ``NAME`` argument of a dataset or a secret, checked by the contract's rule."""
+
+    def checked(value: str) -> str:
+        from common.contract import Refusal
+
+        try:
+            return check(value)
+        except Refusal as refusal:
+            raise argparse.ArgumentTypeError(f"{kind} name {refusal}") from None
+
+    parser.add_argument("name", metavar="NAME", type=checked, help=f"the {kind}'s name: {rule}")
+
+
+def print_listing(args: argparse.Namespace, answer: dict[str, Any], key: str,
+                  render: Callable[[list[Any]], str], none: str) -> int:  # fmt: skip
+    """A list's answer: as JSON with ``--json``, else its table, or ``none`` when it is empty."""
+    from cli.output.formats import render_json
+
+    if args.json:
+        print(render_json(answer))
+    else:
+        print(render(answer.get(key) or []) if answer.get(key) else none)
+    return 0
 
 
 def add_name(parser: argparse.ArgumentParser) -> None:

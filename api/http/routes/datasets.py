@@ -13,6 +13,7 @@ from api.artifacts.datasets import StoredDataset, keep_dataset
 from api.artifacts.store import dataset_key
 from api.http.deps import CurrentNode, CurrentUser, LedgerWritable, ServicesDep
 from api.http.downloads import ANSWERS, artifact_answer
+from api.http.names import check_named, named_not_found
 from api.http.problems import Problem
 from api.http.routes.agent import AgentId, JobId, require_job
 from api.http.schemas import DatasetDetail, DatasetPublic, DatasetPushed, DatasetsPublic
@@ -20,7 +21,7 @@ from api.services import Services
 from common.contract import DATASET_RULE
 from domain.actors import user
 from domain.node import Node
-from domain.values import InvalidValue, check_dataset_name
+from domain.values import check_dataset_name
 
 router = APIRouter(prefix="/v1", tags=["datasets"])
 DatasetName = Annotated[str, Path(description=DATASET_RULE)]
@@ -30,20 +31,11 @@ ContentHash = Annotated[
 
 
 def dataset_not_found(name: str) -> Problem:
-    return Problem(
-        404, "dataset-not-found", "Dataset not found",
-        f"no dataset named '{name}'; push it with `flexai dataset push {name} PATH` "
-        "(`flexai dataset list` shows yours)",
-    )  # fmt: skip
+    return named_not_found("dataset", name, "push it with `flexai dataset push NAME PATH`")
 
 
 def _check_name(name: str) -> None:
-    try:
-        check_dataset_name(name)
-    except InvalidValue as error:
-        raise Problem(
-            422, "invalid-request", "Invalid dataset name", f"dataset {error}", field="name"
-        ) from None
+    check_named("dataset", check_dataset_name, name)
 
 
 ZIP_BODY = {"requestBody": {"required": True, "content": {

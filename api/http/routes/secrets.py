@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from api.http.deps import CurrentNode, CurrentUser, ServicesDep
+from api.http.names import check_named, named_not_found
 from api.http.problems import Problem
 from api.http.routes.agent import AgentId, JobId, NodeIndex, job_of_holder
 from api.http.secret_schemas import (
@@ -27,7 +28,7 @@ from api.http.secret_schemas import (
 from api.identity.secrets import SecretExists, SecretUnreadable, StoredSecret
 from common.contract import SECRET_RULE
 from domain.statuses import Status
-from domain.values import InvalidValue, check_secret_name
+from domain.values import check_secret_name
 
 router = APIRouter(prefix="/v1", tags=["secrets"])
 SecretNamePath = Annotated[str, Path(description=SECRET_RULE)]
@@ -37,20 +38,11 @@ _WHILE = (Status.BUILDING.value, Status.IN_PROGRESS.value, Status.STOP_IN_PROGRE
 
 
 def secret_not_found(name: str) -> Problem:
-    return Problem(
-        404, "secret-not-found", "Secret not found",
-        f"no secret named '{name}'; create it with `flexai secret create {name}` "
-        "(`flexai secret list` shows yours)",
-    )  # fmt: skip
+    return named_not_found("secret", name, "create it with `flexai secret create NAME`")
 
 
 def _check_name(name: str) -> None:
-    try:
-        check_secret_name(name)
-    except InvalidValue as error:
-        raise Problem(
-            422, "invalid-request", "Invalid secret name", f"secret {error}", field="name"
-        ) from None
+    check_named("secret", check_secret_name, name)
 
 
 def _public(stored: StoredSecret) -> SecretPublic:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from cli.commands import add_json_flag
+from cli.commands import add_json_flag, print_listing
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -18,16 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> int:
     from cli.client.api import ApiClient
     from cli.output.datasets import render_datasets_table
-    from cli.output.formats import render_json
 
     with ApiClient.from_config() as client:
         answer = client.list_datasets()
-    if args.json:
-        print(render_json(answer))
-        return 0
-    datasets = answer.get("datasets") or []
-    if not datasets:
-        print("No datasets. Push one with `flexai dataset push NAME PATH`.")
-        return 0
-    print(render_datasets_table(datasets))
-    return 0
+    return print_listing(args, answer, "datasets", render_datasets_table,
+                         "No datasets. Push one with `flexai dataset push NAME PATH`.")

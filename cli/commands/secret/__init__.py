@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from common.contract import SECRET_RULE, Refusal, check_secret_name
+from cli.commands import add_named
+from common.contract import SECRET_RULE, check_secret_name
 
 # In the order `flexai secret --help` lists them.
 SECRET_COMMANDS = ("create", "list", "delete")
 
 
-
-def secret_name(value: str) -> str:
-    try:
-        return check_secret_name(value)
-    except Refusal as refusal:
-        raise argparse.ArgumentTypeError(f"secret name {refusal}") from None
-
-
 def add_secret_name(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "name", metavar="NAME", type=secret_name, help=f"the secret's name: {SECRET_RULE}"
-    )
+    add_named(parser, "secret", SECRET_RULE, check_secret_name)
