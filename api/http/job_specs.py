@@ -11,7 +11,7 @@ from typing import Any
 from api.http.problems import Problem
 from api.http.schemas import JobCreate
 from api.services import Services
-from domain.sharing import DEFAULT_PRIORITY, default_preemptible
+from common.job_spec import DEFAULT_PRIORITY, default_preemptible
 from domain.specs import check_repository_url, split_dataset
 from domain.values import InvalidValue
 
