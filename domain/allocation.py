@@ -20,7 +20,6 @@ from uuid import UUID
 from domain.actors import scheduler
 from domain.job import TrainingJob
 from domain.node import Node
-from domain.sharing import rank_of
 from domain.statuses import Status
 
 HOLDS_ACCELERATORS = frozenset({Status.IN_PROGRESS, Status.STOP_IN_PROGRESS})
@@ -33,7 +32,7 @@ low ones; keys written before priorities (a bare time) go before them all."""
 
 def place_key(job: TrainingJob) -> str:
     """A job's place in every node's line: its priority, its submission time, then its id."""
-    return f"{LINE_RANKS[rank_of(job.spec)]}/{job.created_on.isoformat()}/{job.id}"
+    return f"{LINE_RANKS[job.job_spec.rank]}/{job.created_on.isoformat()}/{job.id}"
 
 
 class UnitOfWork:
@@ -68,7 +67,7 @@ class UnitOfWork:
         if job.status not in (Status.BUILDING, Status.ENQUEUED) or not job.all_built:
             return False
         job_id, place = str(job.id), place_key(job)
-        accels = int(job.spec.get("accels", 1))
+        accels = job.job_spec.accels
         nodes = [self.node(placement["node_id"]) for placement in job.placements]
         # Its place where it is in line already (a key written before priorities keeps it).
         places = [node.queue.get(job_id, place) for node in nodes]

@@ -20,6 +20,7 @@ from domain.datasets import Dataset
 from domain.errors import DomainError, IllegalTransition, JobDeleted
 from domain.history import PastJob, version_at
 from domain.job import TrainingJob
+from domain.job_facts import GivenSpec
 from domain.job_name import JobName
 from domain.name_claims import NameClaims
 from domain.node import Node
@@ -136,7 +137,7 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
     # -- users ----------------------------------------------------------------------------
 
     def submit(
-        self, owner: str, name: str, spec: dict[str, Any], by: Actor, *, schedule: bool = False
+        self, owner: str, name: str, spec: GivenSpec, by: Actor, *, schedule: bool = False
     ) -> Outcome:
         """Record a new job and claim its name in one atomic save (a name never seen claimed
         is claimed unread: see ``domain/name_claims.py``). With ``schedule`` (a scheduler runs
@@ -155,7 +156,7 @@ class TrainingJobs(SchedulerCommands, Application[UUID]):
         return NameClaims(self.repository)
 
     def submit_many(
-        self, owner: str, submissions: Sequence[tuple[str, dict[str, Any]]], by: Actor, *,
+        self, owner: str, submissions: Sequence[tuple[str, GivenSpec]], by: Actor, *,
         schedule: bool = False,
     ) -> list[Outcome | DomainError]:  # fmt: skip
         """Record new jobs, each claiming its name, in one atomic save: a job whose name is

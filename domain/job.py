@@ -17,10 +17,12 @@ from domain.errors import checked
 from domain.ids import time_ordered_id
 from domain.job_attempts import JobAttempts
 from domain.job_facts import (
+    GivenSpec,
     check_allocations,
     check_failure,
     check_spec,
     placed_nodes,
+    stored_spec,
 )
 from domain.job_name import check_name
 from domain.job_records import JobRecords
@@ -58,10 +60,11 @@ class TrainingJob(JobAttempts, JobRecords, Aggregate):
     _artifacts_purged = job_event("ArtifactsPurged")(JobRecords._artifacts_purged)
 
     @classmethod
-    def submit(cls, owner: str, name: str, spec: dict[str, Any], by: Actor) -> TrainingJob:
+    def submit(cls, owner: str, name: str, spec: GivenSpec, by: Actor) -> TrainingJob:
         check_name(name)
-        check_spec(spec)
-        return cls(owner=owner, name=name, spec=spec, by=by)
+        stored = stored_spec(spec)
+        check_spec(stored)
+        return cls(owner=owner, name=name, spec=stored, by=by)
 
     @job_event("Submitted")
     def __init__(self, owner: str, name: str, spec: dict[str, Any], by: Actor) -> None:

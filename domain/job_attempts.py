@@ -16,7 +16,7 @@ from domain.actors import Actor
 from domain.errors import DomainError, checked
 from domain.job_state import JobState
 from domain.lifecycle import ROWS, require
-from domain.sharing import preemptible, retry_cause
+from domain.sharing import retry_cause
 from domain.statuses import Status
 
 JOB_EVENT_PREFIXES = ("TrainingJob.", "JobAttempts.")
@@ -47,7 +47,7 @@ class JobAttempts(JobState):
         require(self, "PreemptionRequested")
         if self.preemption is not None:
             return False
-        if not preemptible(self.spec):
+        if not self.job_spec.may_be_preempted:
             raise DomainError(f"job '{self.name}' is not preemptible (it was not run with "
                               "--preemptible)")  # fmt: skip
         checked(values.check_message, for_job, "for_job")
@@ -77,7 +77,7 @@ class JobAttempts(JobState):
                       exit_code: int | None = None) -> bool:  # fmt: skip
         """The attempt cannot go on for ``code`` (``message`` says why): the job is retried
         (``Retried``) when :meth:`owes_retry`; False leaves the failure to the caller."""
-        cause = retry_cause(self.spec, code, exit_code)
+        cause = retry_cause(self.job_spec, code, exit_code)
         if cause is None or not self.owes_retry(code, exit_code):
             return False
         self.retry(cause, f"{message}; {self.retries_left - 1} retries left", by=by)
@@ -88,7 +88,7 @@ class JobAttempts(JobState):
         the job: the job retries on it (every failure of the infrastructure, and the exit codes
         it names), has retries left, and is on its nodes (building, waiting or running)."""
         return (
-            retry_cause(self.spec, code, exit_code) is not None
+            retry_cause(self.job_spec, code, exit_code) is not None
             and self.retries_left > 0
             and self.status in RETRIED_FROM
         )
@@ -98,7 +98,7 @@ class JobAttempts(JobState):
         if self.owes_retry(code, exit_code):
             raise DomainError(
                 f"job '{self.name}' has {self.retries_left} retries left and retries on "
-                f"{retry_cause(self.spec, code, exit_code)}: it is retried, not failed"
+                f"{retry_cause(self.job_spec, code, exit_code)}: it is retried, not failed"
             )
 
     def retry(self, cause: str, message: str, by: Actor) -> None:

@@ -4,11 +4,13 @@ value out of them is refused (InvalidJobSpec naming the field) before anything i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import domain.specs as specs
 import domain.values as values
+from common.job_spec import JobSpec
 from domain.errors import InvalidJobSpec, checked
 from domain.sharing import check_sharing
 
@@ -16,7 +18,16 @@ SESSION_ID = re.compile(r"[a-z0-9]{16,64}")
 SESSION_ID_RULE = "16 to 64 lower-case letters and digits"
 
 
-def check_spec(spec: dict[str, Any]) -> None:
+GivenSpec = JobSpec | Mapping[str, Any]
+"""A spec as a submission gives it: typed (the API's), or as a dictionary (as stored)."""
+
+
+def stored_spec(spec: GivenSpec) -> dict[str, Any]:
+    """The dictionary the ``Submitted`` event stores: a typed spec's, or the one given."""
+    return spec.to_dict() if isinstance(spec, JobSpec) else dict(spec)
+
+
+def check_spec(spec: Mapping[str, Any]) -> None:
     if not spec.get("repository_url"):
         raise InvalidJobSpec("a repository URL is required (--repository-url)", "repository_url")
     if not spec.get("entry_point"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.job_spec import JobSpec
 from domain.errors import InvalidJobSpec, JobDeleted
-from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 
 
@@ -16,6 +16,7 @@ class JobState:
 
     name: str
     spec: dict[str, Any]
+    """As the ``Submitted`` event stores it (and a snapshot keeps it): :attr:`job_spec` reads it."""
     status: Status
     deleted: bool
     placements: list[dict[str, Any]]
@@ -36,8 +37,13 @@ class JobState:
         return self.status in TERMINAL
 
     @property
+    def job_spec(self) -> JobSpec:
+        """The job's spec, typed (every field an older spec lacks at its default)."""
+        return JobSpec.from_dict(self.spec)
+
+    @property
     def nnodes(self) -> int:
-        return int(self.spec.get("nodes", 1))
+        return self.job_spec.nodes
 
     @property
     def all_built(self) -> bool:
@@ -90,7 +96,7 @@ class JobState:
 
     @property
     def retries_left(self) -> int:
-        return max(max_retries(self.spec) - self.retries_spent, 0)
+        return max(self.job_spec.max_retries - self.retries_spent, 0)
 
     @property
     def preemption(self) -> dict[str, Any] | None:

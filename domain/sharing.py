@@ -1,9 +1,9 @@
 """What a job asks of a shared fleet: its priority, whether it may be preempted, how often it
-is retried. These live in the job's spec (stored only where they differ from their defaults, so
-specs written before them read the same); the scheduler's policy (:mod:`domain.policy`) and the
-job's commands read them here.
+is retried. These live in the job's spec (:class:`common.job_spec.JobSpec` holds their defaults
+and what they say: its rank, whether it may be preempted); here, their bounds, and what failures
+a job is retried on.
 
-Imports: domain.values and domain.failures only (and the wire contract's limits).
+Imports: domain.values and domain.failures only (and the wire contract's limits and job spec).
 """
 
 from __future__ import annotations
@@ -12,40 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from common.contract import MAX_RETRIES, MAX_RETRY_CODES, PRIORITIES
+from common.job_spec import JobSpec
 from domain.failures import is_infrastructure
 from domain.values import InvalidValue, check_int
 
-DEFAULT_PRIORITY = "normal"
 EXITED = "entry_point_failed"
 """The code of an entry point's own exit: the only failure an exit code is retried on (the
 time limit's SIGTERM is not, whatever code it ends with)."""
-SHARING_FIELDS = frozenset({"priority", "preemptible", "max_retries", "retry_on_exit_codes"})
-
-
-def priority_of(spec: Mapping[str, Any]) -> str:
-    return str(spec.get("priority") or DEFAULT_PRIORITY)
-
-
-def rank_of(spec: Mapping[str, Any]) -> int:
-    return PRIORITIES.index(priority_of(spec))
-
-
-def default_preemptible(priority: str) -> bool:
-    """Low-priority jobs may be preempted unless they say otherwise; others may not."""
-    return priority == "low"
-
-
-def preemptible(spec: Mapping[str, Any]) -> bool:
-    value = spec.get("preemptible")
-    return default_preemptible(priority_of(spec)) if value is None else bool(value)
-
-
-def max_retries(spec: Mapping[str, Any]) -> int:
-    return int(spec.get("max_retries") or 0)
-
-
-def retry_codes(spec: Mapping[str, Any]) -> frozenset[int]:
-    return frozenset(int(code) for code in spec.get("retry_on_exit_codes") or ())
 
 
 def check_sharing(spec: Mapping[str, Any]) -> None:
@@ -71,13 +44,13 @@ def check_sharing(spec: Mapping[str, Any]) -> None:
         raise InvalidValue("retry_on_exit_codes", "names an exit code twice")
 
 
-def retry_cause(spec: Mapping[str, Any], code: str, exit_code: int | None) -> str | None:
+def retry_cause(spec: JobSpec, code: str, exit_code: int | None) -> str | None:
     """Why an attempt that ended so is retried (``node_lost``, ``exit code 137``): every
     failure of the infrastructure (:mod:`domain.failures`), and an entry point's exit with a
     code the job names; None: the job fails for good (what retries it has left is the job's
     to count)."""
     if is_infrastructure(code):
         return code
-    if code == EXITED and exit_code is not None and exit_code in retry_codes(spec):
+    if code == EXITED and exit_code is not None and exit_code in spec.retry_codes:
         return f"exit code {exit_code}"
     return None

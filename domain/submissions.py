@@ -19,6 +19,7 @@ from eventsourcing.persistence import RecordConflictError
 from domain.actors import Actor, scheduler
 from domain.errors import DomainError, NameGivenTwice
 from domain.job import TrainingJob
+from domain.job_facts import GivenSpec
 from domain.job_name import JobName
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ class Staged:
 
 
 def submit_all(
-    app: Application[UUID], owner: str, submissions: Sequence[tuple[str, dict[str, Any]]],
+    app: Application[UUID], owner: str, submissions: Sequence[tuple[str, GivenSpec]],
     by: Actor, *, schedule: bool, retrying: Callable[[Callable[[], list[Saved]]], list[Saved]],
 ) -> list[Saved]:  # fmt: skip
     """Each job of ``submissions`` saved, or why it was refused, in one save (``retrying``
@@ -79,7 +80,7 @@ def submit_all(
 
 
 def stage(
-    owner: str, submissions: Sequence[tuple[str, dict[str, Any]]], by: Actor, read: NameReader,
+    owner: str, submissions: Sequence[tuple[str, GivenSpec]], by: Actor, read: NameReader,
     *, schedule: bool = False,
 ) -> Staged:  # fmt: skip
     """Each ``(name, spec)`` made a job whose name is claimed: a name claimed earlier in the

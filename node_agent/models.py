@@ -10,72 +10,24 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from common.attempts import FIRST, IN_FILES, attempt_key, current_attempt
 from common.contract import Status
+from common.job_spec import JobSpec as JobSpec  # the server's own: one type, one set of defaults
 
 BUILDING = Status.BUILDING
 ENQUEUED = Status.ENQUEUED
 IN_PROGRESS = Status.IN_PROGRESS
 STOP_IN_PROGRESS = Status.STOP_IN_PROGRESS
 
-DEFAULT_REQUIREMENTS_PATH = "requirements.txt"
 MARKER_VARIABLE = "FLEXAI_JOB_MARKER"
 """Reserved: the agent sets it in the environment of every process of a job (a user's value is
 replaced), so the job's processes are found, and ended, even once they have left its process
 group, and by an agent that restarted meanwhile."""
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What the user asked for (JobCreate without the name)."""
-
-    repository_url: str
-    entry_point: tuple[str, ...]
-    repository_revision: str | None = None
-    requirements_path: str = DEFAULT_REQUIREMENTS_PATH
-    accels: int = 1
-    nodes: int = 1
-    env: Mapping[str, str] = field(default_factory=dict)
-    secrets: Mapping[str, str] = field(default_factory=dict)
-    datasets: tuple[str, ...] = ()
-    dataset_hashes: Mapping[str, str] = field(default_factory=dict)
-    dataset_mounts: Mapping[str, str] = field(default_factory=dict)
-    """Dataset -> the folder of ``/input`` it is found in, where not its own name."""
-    """The version of each pushed dataset the job was submitted with, by content hash."""
-    time_limit_s: int | None = None
-    """The job is ended, and fails, once it has run this long; None: no limit."""
-    stop_grace_s: float | None = None
-    """Seconds between SIGTERM and SIGKILL for this job; None: the agent's ``--stop-grace``."""
-
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobSpec:
-        return cls(
-            repository_url=str(data.get("repository_url") or ""),
-            entry_point=tuple(str(part) for part in data.get("entry_point") or ()),
-            repository_revision=data.get("repository_revision") or None,
-            requirements_path=data.get("requirements_path") or DEFAULT_REQUIREMENTS_PATH,
-            accels=int(_default(data.get("accels"), 1)),
-            nodes=int(_default(data.get("nodes"), 1)),
-            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
-            secrets={str(k): str(v) for k, v in (data.get("secrets") or {}).items()},
-            datasets=tuple(str(name) for name in data.get("datasets") or ()),
-            dataset_mounts={
-                str(k): str(v) for k, v in (data.get("dataset_mounts") or {}).items()
-            },
-            dataset_hashes={
-                str(k): str(v) for k, v in (data.get("dataset_hashes") or {}).items()
-            },
-            time_limit_s=_optional(data.get("time_limit_s"), int),
-            stop_grace_s=_optional(data.get("stop_grace_s"), float),
-        )
 
 
 @dataclass(frozen=True)
@@ -120,7 +72,7 @@ class Assignment:
             job_id=str(data["job_id"]),
             name=str(data.get("name") or data["job_id"]),
             status=str(data["status"]),
-            spec=JobSpec.from_json(data.get("spec") or {}),
+            spec=JobSpec.from_dict(data.get("spec") or {}),
             input_checkpoint_id=data.get("input_checkpoint_id") or None,
             node_index=int(data.get("node_index") or 0),
             nnodes=int(data.get("nnodes") or 1),
@@ -326,10 +278,3 @@ def indices(value: Any) -> tuple[int, ...] | None:
         return None
     return tuple(int(index) for index in value)
 
-
-def _default(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
-def _optional(value: Any, kind: Callable[[Any], T]) -> T | None:
-    return None if value is None else kind(value)

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from common.job_spec import JobSpec
 from domain.events import event_facts, event_name
 from domain.job_attempts import JOB_EVENT_PREFIXES
 from domain.lifecycle import EVENT_STATUS
-from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 from ledger.database import Cursor
 from ledger.schema import create_schema
@@ -174,17 +174,18 @@ def fold_job_event(
 
 
 def _new_document(job_id: str, submitted: Any, at: str) -> dict[str, Any]:
+    spec = JobSpec.from_dict(submitted.spec)
     return {
         "id": job_id, "name": submitted.name, "owner": submitted.owner, "spec": submitted.spec,
-        "status": Status.PENDING.value, "accels": submitted.spec.get("accels", 1),
-        "nodes": submitted.spec.get("nodes", 1), "node": None, "node_id": None, "commit": None,
+        "status": Status.PENDING.value, "accels": spec.accels,
+        "nodes": spec.nodes, "node": None, "node_id": None, "commit": None,
         "accelerators": [],
         "created_at": at, "updated_at": at, "started_at": None, "ended_at": None,
         "deleted_at": None,
         "failure": None, "stop": None, "logs_unavailable": None, "outputs": [],
         "placements": [], "rendezvous": None, "waiting_on": [],
         "attempt": 1, "attempts": [], "preemption": None, "last_checkpoint_id": None,
-        "retries_left": max_retries(submitted.spec),
+        "retries_left": spec.max_retries,
         "history": [],
     }  # fmt: skip
 

@@ -40,6 +40,7 @@ from api.console.present import (
     job_state,
     moment,
     placement_rows,
+    spec_of,
     spec_rows,
     waiting_lines,
 )
@@ -117,9 +118,9 @@ def as_of(services: Services, signed: Signed, job_id: str, version: int) -> dict
         "status": str(job.status), "event": event_name(past.event),
         "at": moment(past.event.timestamp.isoformat()),
         "by": actor(getattr(past.event, "by", None)),
-        "spec": spec_rows(job.spec, job.commit),
+        "spec": spec_rows(job.job_spec, job.commit),
         "placements": placement_rows(list(job.placements)),
-        "failure": failure_text(job.failure, job.spec, job.retries_left),
+        "failure": failure_text(job.failure, job.job_spec, job.retries_left),
     }  # fmt: skip
 
 
@@ -143,7 +144,7 @@ def job_context(
     entries = history(document)
     return {
         "signed": signed, "job": document, "owner": owner, "state": job_state(document),
-        "spec": spec_rows(document.get("spec") or {}, document.get("commit")),
+        "spec": spec_rows(spec_of(document), document.get("commit")),
         "placements": placement_rows(document.get("placements") or []),
         "waiting": _waiting(services, document),
         "history": entries, "version": len(entries),

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from common.job_spec import JobSpec
 from common.wording import EMPTY, asked_for, node_lines, place_in_line, plain, whose_failure
 from domain.failures import failure_kind
 from domain.lifecycle import ROWS
-from domain.sharing import max_retries
 from domain.statuses import TERMINAL, Status
 
 WAITING = frozenset({Status.SCHEDULING.value, Status.ENQUEUED.value})
@@ -108,29 +108,30 @@ def history(document: Mapping[str, Any], since: int = 0) -> list[dict[str, Any]]
             if index + 1 > since]  # fmt: skip
 
 
-def spec_rows(spec: Mapping[str, Any], commit: str | None) -> list[tuple[str, str]]:
+def spec_of(document: Mapping[str, Any]) -> JobSpec:
+    """The spec of a job's document of the views, typed."""
+    return JobSpec.from_dict(document.get("spec") or {})
+
+
+def spec_rows(spec: JobSpec, commit: str | None) -> list[tuple[str, str]]:
     """The spec as label and text; env variables and secrets by name only."""
-    entry_point = spec.get("entry_point")
-    if isinstance(entry_point, list):
-        entry_point = shlex.join(str(part) for part in entry_point)
-    pins = spec.get("dataset_hashes") or {}
+    pins = spec.dataset_hashes
     datasets = [f"{name} ({pins[name][:12]})" if name in pins else f"{name} (not pinned)"
-                for name in spec.get("datasets") or []]  # fmt: skip
-    secrets = [f"{variable} from secret {name}"
-               for variable, name in (spec.get("secrets") or {}).items()]  # fmt: skip
+                for name in spec.datasets]  # fmt: skip
+    secrets = [f"{variable} from secret {name}" for variable, name in spec.secrets.items()]
     rows = [
-        ("repository", cell(spec.get("repository_url"))),
-        ("revision", spec.get("repository_revision") or "(default branch)"),
+        ("repository", cell(spec.repository_url or None)),
+        ("revision", spec.repository_revision or "(default branch)"),
         ("commit", cell(commit)),
-        ("entry point", cell(entry_point)),
-        ("requirements", cell(spec.get("requirements_path"))),
-        ("accelerators per node", cell(spec.get("accels"))),
-        ("nodes", cell(spec.get("nodes"))),
-        ("env names", cell(sorted(spec.get("env") or {}))),
+        ("entry point", cell(shlex.join(spec.entry_point) if spec.entry_point else None)),
+        ("requirements", cell(spec.requirements_path)),
+        ("accelerators per node", cell(spec.accels)),
+        ("nodes", cell(spec.nodes)),
+        ("env names", cell(sorted(spec.env))),
         ("secrets", cell(secrets)),
         ("datasets", cell(datasets)),
-        ("checkpoint", cell(spec.get("checkpoint"))),
-        ("time limit", duration(spec.get("time_limit_s")) if spec.get("time_limit_s") else EMPTY),
+        ("checkpoint", cell(spec.checkpoint)),
+        ("time limit", duration(spec.time_limit_s) if spec.time_limit_s else EMPTY),
     ]
     return rows
 
@@ -169,12 +170,12 @@ def job_state(document: Mapping[str, Any]) -> dict[str, Any]:
         "can_delete": status in DELETABLE and not document.get("deleted_at"),
         "duration": duration(seconds_between(document.get("started_at"),
                                              document.get("ended_at"))),  # fmt: skip
-        "failure": failure_text(document.get("failure"), document.get("spec") or {},
+        "failure": failure_text(document.get("failure"), spec_of(document),
                                 document.get("retries_left")),  # fmt: skip
     }
 
 
-def failure_text(failure: Mapping[str, Any] | None, spec: Mapping[str, Any],
+def failure_text(failure: Mapping[str, Any] | None, spec: JobSpec,
                  retries_left: int | None) -> str:  # fmt: skip
     """A job's failure as its page shows it: its message, then whose it was (as ``inspect``
     says it); ``-`` for none. A job read from the ledger (``as_of``) has no kind in its
@@ -183,7 +184,7 @@ def failure_text(failure: Mapping[str, Any] | None, spec: Mapping[str, Any],
         return EMPTY
     if "kind" not in failure and failure.get("code") not in (None, "stop_failed"):
         failure = {**failure, "kind": failure_kind(str(failure["code"])).value}
-    asked = max_retries(spec)
+    asked = spec.max_retries
     whose = whose_failure(failure, asked, asked if retries_left is None else retries_left)
     message = cell(failure.get("message"))
     return f"{message} ({whose})" if whose else message

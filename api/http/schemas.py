@@ -19,6 +19,7 @@ from api.http.sharing_schemas import (
 )
 from api.http.upload_schemas import RecordedOutput
 from common.contract import JOB_NAME_RULE
+from common.job_spec import DEFAULT_PRIORITY, DEFAULT_REQUIREMENTS_PATH
 from domain.values import InvalidValue
 
 
@@ -62,6 +63,7 @@ class JobCreate(BaseModel):
     ``true``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    # Read into a JobSpec (api/http/job_specs.py), whose defaults these are.
 
     name: JobName = Field(description=JOB_NAME_RULE)
     repository_url: Annotated[str, bounded(specs.check_repository_url)] = Field(
@@ -70,7 +72,7 @@ class JobCreate(BaseModel):
         "the node (the server's --allowed-repo-schemes say which)",
     )
     repository_revision: Annotated[str, _text(values.MAX_REVISION)] | None = None
-    requirements_path: Annotated[str, _text(values.MAX_PATH)] = "requirements.txt"
+    requirements_path: Annotated[str, _text(values.MAX_PATH)] = DEFAULT_REQUIREMENTS_PATH
     accels: int = Field(default=1, ge=1, le=values.MAX_ACCELS)
     nodes: int = Field(default=1, ge=1, le=values.MAX_NODES)
     env: Annotated[dict[str, str], bounded(specs.check_env)] = Field(default_factory=dict)
@@ -90,7 +92,7 @@ class JobCreate(BaseModel):
         description="seconds between SIGTERM and SIGKILL when the job is stopped or ended "
         "(default: the agent's --stop-grace)",
     )
-    priority: Priority = "normal"
+    priority: Priority = DEFAULT_PRIORITY
     preemptible: Preemptible = None
     max_retries: MaxRetries = 0
     retry_on_exit_codes: RetryExitCodes = Field(default_factory=list)

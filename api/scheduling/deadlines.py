@@ -10,6 +10,7 @@ from uuid import UUID
 
 from api.scheduling.parts import SchedulingParts
 from common.durations import human_duration
+from common.job_spec import JobSpec
 from domain.application import TrainingJobs
 from domain.errors import DomainError
 from domain.statuses import Status
@@ -69,7 +70,8 @@ def end_overdue(parts: SchedulingParts) -> None:
         document = parts.queries.job(row["id"])
         if document is None:
             continue
-        grace = document["spec"].get("stop_grace_s")
+        spec = JobSpec.from_dict(document["spec"])
+        grace = spec.stop_grace_s
         margin = (DEFAULT_STOP_GRACE_S if grace is None else grace) + confirm
         job_id = UUID(row["id"])
         if row["status"] == Status.STOP_IN_PROGRESS.value:
@@ -81,7 +83,7 @@ def end_overdue(parts: SchedulingParts) -> None:
                         f"no node confirmed the stop within {margin:g} s of the request; "
                         f"the job's processes may still run on {nodes}")  # fmt: skip
             continue
-        limit = document["spec"].get("time_limit_s")
+        limit = spec.time_limit_s
         started = document.get("started_at")
         if (
             limit

@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from common.job_spec import JobSpec
 from domain.policy import HALF_LIFE_S, Lined, Queued, Running, decayed_usage
-from domain.sharing import preemptible, rank_of
 from domain.statuses import Status
 from projections.queries import Queries
 
@@ -53,8 +53,8 @@ class Fleet:
         unknown = [job_id for job_id in job_ids if job_id not in self._static]
         for start in range(0, len(unknown), 500):
             for job_id, document in self.queries.jobs(unknown[start:start + 500]).items():
-                spec = document["spec"]
-                self._static[job_id] = (document["owner"], rank_of(spec), preemptible(spec))
+                spec = JobSpec.from_dict(document["spec"])
+                self._static[job_id] = (document["owner"], spec.rank, spec.may_be_preempted)
         return self._static
 
     def forget(self, keep: set[str]) -> None:

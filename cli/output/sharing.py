@@ -9,20 +9,22 @@ from typing import Any
 
 from cli.output.formats import format_cell, format_timestamp
 from cli.output.tables import render_table
+from common.job_spec import DEFAULT_PRIORITY, default_preemptible
 from common.wording import retries_line
 
 ATTEMPT_COLUMNS = ("ATTEMPT", "NODES", "STARTED", "ENDED", "CAUSE")
 
 
 def sharing_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Its priority always (a spec without one is ``normal``); preemptible where the spec
-    says so or its priority is low (low jobs are preemptible unless they say not); its
-    retries where it has any."""
-    priority = str(spec.get("priority") or "normal")
+    """Its priority always (a spec without one has the default, ``normal``); preemptible
+    where the spec says so or its priority makes it so (low jobs are preemptible unless they
+    say not: :mod:`common.job_spec` holds these defaults); its retries where it has any."""
+    priority = str(spec.get("priority") or DEFAULT_PRIORITY)
     shown: dict[str, Any] = {"priority": priority}
     preemptible = spec.get("preemptible")
-    if preemptible is not None or priority == "low":
-        shown["preemptible"] = bool(priority == "low" if preemptible is None else preemptible)
+    if preemptible is not None or default_preemptible(priority):
+        shown["preemptible"] = bool(default_preemptible(priority) if preemptible is None
+                                    else preemptible)  # fmt: skip
     if spec.get("max_retries"):
         shown["max retries"] = spec["max_retries"]
         if spec.get("retry_on_exit_codes"):

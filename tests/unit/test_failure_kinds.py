@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from common.job_spec import JobSpec
 from domain.failures import INFRASTRUCTURE_FAILURES, USER_FAILURES, FailureKind, failure_kind
 from domain.sharing import retry_cause
 
@@ -45,7 +46,7 @@ def test_every_code_sent_is_classified_once() -> None:
 
 
 def test_the_infrastructures_failures_are_retried_and_the_users_only_on_their_exit_codes() -> None:
-    spec = {"max_retries": 2, "retry_on_exit_codes": [137, 143]}
+    spec = JobSpec.from_dict({"max_retries": 2, "retry_on_exit_codes": [137, 143]})
     for code in INFRASTRUCTURE_FAILURES:
         assert retry_cause(spec, code, None) == code
         assert failure_kind(code) is FailureKind.INFRASTRUCTURE

@@ -3,14 +3,17 @@
 The top-level packages stack as ``common`` < ``domain`` < ``projections`` < ``api``, with the
 ``ledger`` (where events are stored) under ``projections`` and ``api`` beside ``domain``, and
 ``node_agent`` and ``cli`` beside ``api`` on ``common`` alone: none of ``cli``, ``api`` and
-``node_agent`` imports another. The domain takes of ``common`` its wire contract alone (its
-docstring says so), which imports nothing but the standard library. Inside them each package
+``node_agent`` imports another. The domain takes of ``common`` its wire contract and the job
+spec alone (its docstring says so), which import nothing but the standard library (the spec,
+the contract's limits): the one typed spec goes from the API's body through the ledger to the
+agent, so the domain holds the very type the agent parses. Inside them each package
 says in its docstring what of ours it may import (``Imports: ...``) beside its own modules,
 and no module of it imports more. No two modules of ours import each other, however indirectly.
 
-House rule 1: the domain imports only the standard library, eventsourcing and the wire contract
-(``common.contract``, of the standard library alone), and the model modules only
-``eventsourcing.domain`` of it, the contract, the value bounds and one another. The client
+House rule 1: the domain imports only the standard library, eventsourcing, the wire contract
+and the job spec (``common.contract``, ``common.job_spec``, of the standard library alone), and
+the model modules only ``eventsourcing.domain`` of it, those two, the value bounds and one
+another. The client
 (``cli`` and ``common``) imports no package but those ``pip install flexai-control-plane``
 brings, the server's and the agent's being extras."""
 
@@ -178,7 +181,9 @@ MODEL_MODULES = (
 )  # fmt: skip
 """The aggregates, their rules and the values' bounds."""
 CONTRACT = "common.contract"
-"""What the domain takes of ``common``: the wire contract, of the standard library alone."""
+JOB_SPEC = "common.job_spec"
+"""What the domain takes of ``common``: the wire contract and a job's spec (the one typed value
+the API, the ledger and the agent share), of the standard library alone."""
 SERVICE_MODULES = (
     "application", "allocation", "reports", "history", "topics", "transcodings", "submissions",
     "name_claims", "node_turns", "outcomes", "scheduler_commands",
@@ -199,18 +204,22 @@ def foreign(source: str, allowed: tuple[str, ...]) -> set[str]:
 @pytest.mark.parametrize("module", [name for name in MODULES if within(name, "domain")])
 def test_the_domain_imports_only_the_standard_library_and_eventsourcing(module: str) -> None:
     assert foreign(MODULES[module].read_text(),
-                   allowed=("eventsourcing", "domain", CONTRACT)) == set()  # fmt: skip
+                   allowed=("eventsourcing", "domain", CONTRACT, JOB_SPEC)) == set()  # fmt: skip
 
 
 @pytest.mark.parametrize("name", MODEL_MODULES)
 def test_the_model_modules_import_only_eventsourcing_domain(name: str) -> None:
     model = tuple(f"domain.{module}" for module in MODEL_MODULES)
     source = MODULES[f"domain.{name}"].read_text()
-    assert foreign(source, allowed=("eventsourcing.domain", CONTRACT, *model)) == set()
+    assert foreign(source, allowed=("eventsourcing.domain", CONTRACT, JOB_SPEC, *model)) == set()
 
 
 def test_the_wire_contract_the_domain_imports_imports_only_the_standard_library() -> None:
     assert foreign(MODULES[CONTRACT].read_text(), allowed=()) == set()
+
+
+def test_the_job_spec_the_domain_imports_imports_only_the_standard_library_and_contract() -> None:
+    assert foreign(MODULES[JOB_SPEC].read_text(), allowed=(CONTRACT,)) == set()
 
 
 def test_every_domain_module_is_a_model_module_or_said_to_serve_the_application() -> None:

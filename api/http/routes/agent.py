@@ -33,6 +33,7 @@ from api.scheduling.deadlines import move_jobs_off
 from api.services import Services
 from common.attempts import FIRST, attempt_key, current_attempt
 from common.contract import AGENT_ID_HEADER
+from common.job_spec import JobSpec
 from domain.node import Node
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
@@ -209,7 +210,7 @@ def input_checkpoint_of(document: dict[str, Any]) -> str | None:
     the last one the job recorded; else the one it was submitted with (``--checkpoint``)."""
     if current_attempt(document) > FIRST and document.get("last_checkpoint_id"):
         return str(document["last_checkpoint_id"])
-    return document["spec"].get("input_checkpoint_id")
+    return JobSpec.from_dict(document["spec"]).input_checkpoint_id
 
 
 def _assignments_of(services: Services, node_id: str) -> Assignments:

@@ -19,6 +19,7 @@ from api.http.routes.agent import AgentId, JobId, require_job
 from api.http.schemas import DatasetDetail, DatasetPublic, DatasetPushed, DatasetsPublic
 from api.services import Services
 from common.contract import DATASET_RULE
+from common.job_spec import JobSpec
 from domain.actors import user
 from domain.node import Node
 from domain.values import check_dataset_name
@@ -126,5 +127,4 @@ def _job_on_a_node_of(
 
 
 def _pinned(document: dict[str, Any]) -> dict[str, str]:
-    spec = document.get("spec") or {}
-    return dict(spec.get("dataset_hashes") or {})
+    return dict(JobSpec.from_dict(document.get("spec") or {}).dataset_hashes)

@@ -23,7 +23,7 @@ from api.http.deps import (
     tell_position,
 )
 from api.http.downloads import ANSWERS, OutputIndex, output_answer
-from api.http.job_specs import JobSpecs
+from api.http.job_specs import recorded_spec
 from api.http.problems import Problem, too_many_followers
 from api.http.routes.submissions import submit_jobs
 from api.http.schemas import (
@@ -38,6 +38,7 @@ from api.http.schemas import (
 )
 from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
+from api.job_specs import JobSpecs
 from api.services import Services
 from common.contract import ATTEMPT_HEADER, MAX_PAGE, NODES_HEADER
 from domain.actors import user
@@ -89,7 +90,7 @@ def submit_job(body: JobSubmissions, services: ServicesDep, owner: CurrentUser) 
 def submit_one(body: JobCreate, services: Services, owner: str) -> Response:
     """One job: checked, recorded (its scheduling started in the same save where this
     server's scheduler runs, as it would start it at once), answered with its position."""
-    spec = JobSpecs(services, owner).spec(body)
+    spec = recorded_spec(JobSpecs(services, owner), body)
     outcome = services.jobs.submit(owner, body.name, spec, by=user(owner),
                                    schedule=services.scheduler_leader.is_set())  # fmt: skip
     services.projector.wait(outcome.position)

@@ -27,6 +27,7 @@ from api.http.secret_schemas import (
 )
 from api.identity.secrets import SecretExists, SecretUnreadable, StoredSecret
 from common.contract import SECRET_RULE
+from common.job_spec import JobSpec
 from domain.statuses import Status
 from domain.values import check_secret_name
 
@@ -122,5 +123,4 @@ def job_secrets(job_id: JobId, agent_id: AgentId, services: ServicesDep, node: C
 
 
 def _secrets_of(document: dict[str, Any]) -> dict[str, str]:
-    spec = document.get("spec") or {}
-    return {str(variable): str(name) for variable, name in (spec.get("secrets") or {}).items()}
+    return dict(JobSpec.from_dict(document.get("spec") or {}).secrets)

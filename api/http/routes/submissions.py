@@ -16,12 +16,14 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from api.http.deps import tell_position
-from api.http.job_specs import JobSpecs
+from api.http.job_specs import recorded_spec
 from api.http.problems import Problem, from_domain, invalid_values
 from api.http.schemas import JobCreate, JobPublic
 from api.http.submission_schemas import SubmissionResult, SubmissionResults
+from api.job_specs import JobSpecs
 from api.services import Services
 from common.contract import MAX_SUBMISSIONS
+from common.job_spec import JobSpec
 from domain.actors import user
 from domain.outcomes import Outcome
 
@@ -38,11 +40,11 @@ def submit_jobs(
     _check_count(len(items))
     specs = JobSpecs(services, owner)
     problems: list[Problem | None] = []
-    accepted: list[tuple[str, dict[str, Any]]] = []
+    accepted: list[tuple[str, JobSpec]] = []
     for item in items:
         try:
             body = JobCreate.model_validate(item, from_attributes=True)
-            accepted.append((body.name, specs.spec(body)))
+            accepted.append((body.name, recorded_spec(specs, body)))
             problems.append(None)
         except (ValidationError, Problem) as refused:
             problems.append(refused if isinstance(refused, Problem) else _invalid(refused))
