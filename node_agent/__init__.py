@@ -4,5 +4,6 @@
 ``supervisor`` carries one job through its rooms: ``build`` (git, venv, pip, inputs), ``run``
 (command line, environment, process groups, watching), ``logs`` and ``artifacts`` (what it
 ships, through ``client``), then ``ending`` reports how it went (``reports``). ``models`` holds
-the shapes they share; ``debug`` opens SSH sessions into running jobs.
+the wire's shapes they share, ``jobdirs`` each job's folders; ``debug`` opens SSH sessions
+into running jobs.
 Imports: common."""

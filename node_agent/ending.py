@@ -24,8 +24,9 @@ from pathlib import Path
 from node_agent.artifacts.checkpoints import CheckpointWatcher
 from node_agent.artifacts.uploader import Artifact, ArtifactUploader
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.jobdirs import JobDirs
 from node_agent.logs.shipper import LogShipper
-from node_agent.models import STOP_IN_PROGRESS, JobDirs
+from node_agent.models import STOP_IN_PROGRESS
 from node_agent.reports import TRY_ONCE, Answer, JobReporter
 from node_agent.run.watch import Ended, stop_outcome, time_limit_message
 

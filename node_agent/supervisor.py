@@ -40,13 +40,13 @@ from node_agent.build.secrets import JobSecrets, fetch_secrets
 from node_agent.build.unpack import ArchiveRefused
 from node_agent.client import ApiError, ArtifactAltered, ControlPlaneClient
 from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
+from node_agent.jobdirs import JobDirs
 from node_agent.models import (
     BUILDING,
     ENQUEUED,
     IN_PROGRESS,
     STOP_IN_PROGRESS,
     Assignment,
-    JobDirs,
     Rendezvous,
 )
 from node_agent.network import LOOPBACK, free_port

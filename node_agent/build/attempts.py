@@ -1,6 +1,6 @@
 """A later attempt of a job built on this node, after a preemption: it keeps the build (the
 repository, the venv, the inputs) and gets folders of its own (its log, output and checkpoint
-folders: see :class:`node_agent.models.JobDirs`), with the checkpoint the control plane names
+folders: see :class:`node_agent.jobdirs.JobDirs`), with the checkpoint the control plane names
 unpacked into its fresh input checkpoint folder, as the build does for the first attempt.
 """
 
@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from node_agent.build.builder import BuildFailed, FetchCheckpoint, JobBuild
 from node_agent.build.secrets import JobSecrets
-from node_agent.models import IN_PROGRESS, Assignment, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import IN_PROGRESS, Assignment
 from node_agent.run.jobuser import JobUser, hand_over_folders
 from node_agent.run.launch import EntryPointNotFound, resolve_entry_point
 
