@@ -7,7 +7,7 @@ The entry point runs through the shim (``node_agent/run/shim.py``), so a supervi
 that restarted finds the job again (``adopting``), follows it to its end, or
 says how it ended while the agent was down.
 
-Then :class:`node_agent.ending.JobEnding` ships what the job leaves and reports its end. A job
+Then :class:`node_agent.shipping.JobShipping` ships what the job leaves and reports its end. A job
 the control plane preempts (``preempt`` in its assignment) is stopped as by the user and reported
 ``stopped``; back ``enqueued``, it keeps its build here and waits for the go of its next attempt,
 which runs from the checkpoint that attempt names (:mod:`node_agent.build.attempts`).
@@ -39,7 +39,6 @@ from node_agent.build.datasets import DatasetCache
 from node_agent.build.secrets import JobSecrets, fetch_secrets
 from node_agent.build.unpack import ArchiveRefused
 from node_agent.client import ApiError, ArtifactAltered, ControlPlaneClient
-from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobEnding
 from node_agent.jobdirs import JobDirs
 from node_agent.models import (
     BUILDING,
@@ -57,6 +56,7 @@ from node_agent.run.launch import Placement, job_environment
 from node_agent.run.processes import end_processes, job_processes
 from node_agent.run.watch import Ended, ended, watch
 from node_agent.sandbox.jobs import Confinement, JobSandboxes
+from node_agent.shipping import LOST_WHILE_AWAY, NEVER_LAUNCHED, JobShipping
 
 log = logging.getLogger("flexai.agent")
 
@@ -146,7 +146,7 @@ class JobSupervisor:
             client, node_id, self.job_id, give_up=self._aborting, node_index=assignment.node_index
         )
         self._thread = threading.Thread(target=self._run, name=f"job-{self.job_id}", daemon=True)
-        self.ending = JobEnding(
+        self.shipping = JobShipping(
             client,
             self.dirs,
             self.reporter,
@@ -155,7 +155,7 @@ class JobSupervisor:
             drain_timeout=settings.log_drain_timeout,
             unavailable_after=settings.logs_unavailable_after,
         )
-        self._say = self.ending.say
+        self._say = self.shipping.say
         self._keep_dirs = settings.keep_job_dirs
         self._master_port: int | None = None  # node 0 of a multi-node job: the port it chose
         self._started = False
@@ -222,12 +222,12 @@ class JobSupervisor:
         except Exception as error:  # one job's failure must never take the agent down
             log.exception("job %s: the agent failed", self.job_id)
             message = f"the node agent failed while running the job: {error}"
-            self.ending.failed("node_lost", message, started=self._started)
+            self.shipping.failed("node_lost", message, started=self._started)
         finally:
             self.pool.release(self.job_id, self._survivors)
-            if self.ending.logs is not None:
+            if self.shipping.logs is not None:
                 aborting = self._aborting.is_set()
-                self.ending.logs.close(timeout=ABORT_SHIPPING_S if aborting else 30)
+                self.shipping.logs.close(timeout=ABORT_SHIPPING_S if aborting else 30)
             self.confinement.close(self.dirs, kept=self._keep_dirs)
             if not self._keep_dirs:
                 self.dirs.remove_all_but_log()
@@ -255,7 +255,7 @@ class JobSupervisor:
         holds the start of: appended to, so every byte it holds stays the node's."""
         if self.dirs.log_file.exists():
             try:
-                self.ending.open_logs(resume=True, secret_values=secrets.masked)
+                self.shipping.open_logs(resume=True, secret_values=secrets.masked)
             except OSError as error:
                 log.error("job %s: its log is started anew: %s", self.job_id, error)
                 self.dirs.log_file.unlink(missing_ok=True)  # not truncated: it may be a link
@@ -263,7 +263,7 @@ class JobSupervisor:
                 self._say("[agent] the node agent restarted before the job started; "
                           "building it again")  # fmt: skip
                 return
-        self.ending.open_logs(resume=False, secret_values=secrets.masked)
+        self.shipping.open_logs(resume=False, secret_values=secrets.masked)
 
     def _follow_again(self) -> None:
         """After the agent restarted: follow the job's processes, or say how they ended."""
@@ -293,7 +293,7 @@ class JobSupervisor:
             log.error("job %s: its log is not shipped any more, as its secrets cannot be "
                       "masked: %s", self.job_id, secrets.failure.message)  # fmt: skip
             return
-        self.ending.open_logs(resume=True, secret_values=secrets.masked)
+        self.shipping.open_logs(resume=True, secret_values=secrets.masked)
 
     def _end_earlier_processes(self) -> None:
         """Processes of an earlier build of this job, left by an agent that restarted."""
@@ -331,13 +331,13 @@ class JobSupervisor:
                 raise BuildCancelled()
             return build.run()
         except BuildCancelled:
-            self.ending.stopped_before_running()
+            self.shipping.stopped_before_running()
         except BuildFailed as failure:
             log.info("job %s: build failed (%s): %s", self.job_id, failure.code, failure.message)
             self._say(f"[build] failed: {failure.message}")
-            self.ending.ship_logs()
+            self.shipping.ship_logs()
             answer = self.reporter.build_failed(failure.code, failure.message, failure.commit)
-            self.ending.stopped_if_refused(answer)
+            self.shipping.stopped_if_refused(answer)
         return None
 
     # -- the control plane's go --------------------------------------------------------
@@ -351,7 +351,7 @@ class JobSupervisor:
             self._stopping.set()
         if not answer.accepted or answer.status not in _ON_ITS_WAY:
             if self._stopping.is_set():
-                self.ending.stopped_before_running()
+                self.shipping.stopped_before_running()
             elif not answer.unreachable:
                 log.warning("job %s: not started, the job is %s", self.job_id, answer.status)
             return None
@@ -374,7 +374,7 @@ class JobSupervisor:
                 if start is not None:
                     return start
                 self._changed.wait(1.0)
-        self.ending.stopped_before_running()
+        self.shipping.stopped_before_running()
         return None
 
     def _start_from(
@@ -402,11 +402,11 @@ class JobSupervisor:
         if holder is None:
             return True
         if self._stopping.is_set():
-            self.ending.stopped_before_running()
+            self.shipping.stopped_before_running()
             return False
         message = f"{holder}; the job was not started on this node"
         log.error("job %s: %s", self.job_id, message)
-        self.ending.failed("node_lost", message, started=True)
+        self.shipping.failed("node_lost", message, started=True)
         return False
 
     # -- the entry point, attempt after attempt ----------------------------------------
@@ -454,11 +454,11 @@ class JobSupervisor:
                 else:
                     self._changed.wait(1.0)
         if go is None:
-            self.ending.stopped_before_running()
+            self.shipping.stopped_before_running()
             return None
         self.attempt = go[1].attempt
         self.dirs = self.dirs.for_attempt(self.attempt)
-        self.ending.dirs = self.dirs
+        self.shipping.dirs = self.dirs
         self._preempted.clear()
         if not self._stopping.is_set():
             self._halt.clear()
@@ -471,7 +471,7 @@ class JobSupervisor:
         checkpoint = go.input_checkpoint_id
         try:
             self.dirs.create_attempt()
-            self.ending.open_logs(resume=False, secret_values=secrets.masked)
+            self.shipping.open_logs(resume=False, secret_values=secrets.masked)
             self._say(f"[agent] attempt {self.attempt} of the job: running again from "
                       f"{f'checkpoint {checkpoint}' if checkpoint else 'its start'}")  # fmt: skip
             argv = prepare_attempt(self.dirs, go, secrets=secrets,
@@ -482,9 +482,9 @@ class JobSupervisor:
         except BuildFailed as failure:
             log.info("job %s: attempt %d cannot run: %s", self.job_id, self.attempt,
                      failure.message)  # fmt: skip
-            self.ending.failed(failure.code, failure.message, started=True)
+            self.shipping.failed(failure.code, failure.message, started=True)
         except OSError as error:
-            self.ending.failed("node_lost", f"the job's folders cannot be made: {error}",
+            self.shipping.failed("node_lost", f"the job's folders cannot be made: {error}",
                                started=True)  # fmt: skip
         return None
 
@@ -581,14 +581,14 @@ class JobSupervisor:
             self._say(self._aborted_because)  # shipped with the last lines (``_run``)
             return None
         checkpoints = watcher or self._checkpoint_watcher()
-        return self.ending.report(outcome, checkpoints, self.assignment.spec.time_limit_s,
+        return self.shipping.report(outcome, checkpoints, self.assignment.spec.time_limit_s,
                                   out_of_memory=self.confinement.out_of_memory())
 
     # -- helpers -------------------------------------------------------------------------
 
     def _checkpoint_watcher(self) -> CheckpointWatcher:
         return CheckpointWatcher(
-            self.ending.uploader,
+            self.shipping.uploader,
             self.job_id,
             self.node_id,
             self.dirs.output_checkpoint,

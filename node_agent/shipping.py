@@ -1,4 +1,5 @@
-"""The end of one job on this node: what it leaves is shipped, then how it ended is reported.
+"""What one job on this node sends the control plane, for the job's whole life: its log (from
+the build's first line), its checkpoints and outputs, and, last, the report of how it ended.
 
 The contract of ``docs/design.md``: every log line is shipped, the remaining checkpoints and the
 output directory are uploaded, and only then is the terminal report (``exited``, ``failed``,
@@ -54,9 +55,10 @@ def ended_at(exit_code_file: Path) -> str | None:
     return datetime.fromtimestamp(found.st_mtime, UTC).isoformat(timespec="microseconds")
 
 
-class JobEnding:
-    """One job's log, and its last word to the control plane; ``quiet``: the agent is going
-    away (or the job is no longer this node's), so nothing more is reported."""
+class JobShipping:
+    """One job's log shipper and artifact uploader, held from its build to its end, and its last
+    word to the control plane once they are done; ``quiet``: the agent is going away (or the job
+    is no longer this node's), so nothing more is reported."""
 
     def __init__(
         self,
