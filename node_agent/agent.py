@@ -31,7 +31,8 @@ from node_agent.debug.shell import JobShell
 from node_agent.models import BUILDING, ENQUEUED, IN_PROGRESS, STOP_IN_PROGRESS, Assignment
 from node_agent.network import LOOPBACK
 from node_agent.run.adopt import end_orphans
-from node_agent.supervisor import ABORT_GRACE, JobSupervisor, SupervisorSettings
+from node_agent.running import ABORT_GRACE
+from node_agent.supervisor import JobSupervisor, SupervisorSettings
 
 log = logging.getLogger("flexai.agent")
 

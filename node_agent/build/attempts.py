@@ -1,7 +1,8 @@
-"""A later attempt of a job built on this node, after a preemption: it keeps the build (the
-repository, the venv, the inputs) and gets folders of its own (its log, output and checkpoint
-folders: see :class:`node_agent.models.JobDirs`), with the checkpoint the control plane names
-unpacked into its fresh input checkpoint folder, as the build does for the first attempt.
+"""A later attempt of a job built on this node, after a preemption (:mod:`node_agent.preemption`
+decides when): it keeps the build (the repository, the venv, the inputs) and gets folders of its
+own (its log, output and checkpoint folders: see :class:`node_agent.jobdirs.JobDirs`), with the
+checkpoint the control plane names unpacked into its fresh input checkpoint folder, as the build
+does for the first attempt.
 """
 
 from __future__ import annotations
@@ -12,23 +13,10 @@ from collections.abc import Callable
 
 from node_agent.build.builder import BuildFailed, FetchCheckpoint, JobBuild
 from node_agent.build.secrets import JobSecrets
-from node_agent.models import IN_PROGRESS, Assignment, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import Assignment
 from node_agent.run.jobuser import JobUser, hand_over_folders
 from node_agent.run.launch import EntryPointNotFound, resolve_entry_point
-
-PREEMPTED = "[agent] preempted: stopping for a higher-priority job"
-
-
-def asked_to_make_way(assignment: Assignment, attempt: int) -> bool:
-    """Whether the control plane asks this node to stop ``attempt`` of the job, running here,
-    for a higher-priority job."""
-    return assignment.status == IN_PROGRESS and assignment.preempt and assignment.attempt >= attempt
-
-
-def runs_again(assignment: Assignment, ran: int) -> bool:
-    """Whether the assignment is the go of an attempt after ``ran`` (accelerators still to
-    be checked): the job waited enqueued since its preemption, and its turn came."""
-    return assignment.status == IN_PROGRESS and assignment.attempt > ran and not assignment.preempt
 
 
 def prepare_attempt(

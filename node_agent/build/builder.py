@@ -37,7 +37,8 @@ from node_agent.build.filelock import LockCancelled
 from node_agent.build.gitmirror import GitMirrors, MirrorFailed
 from node_agent.build.secrets import JobSecrets, unavailable
 from node_agent.build.unpack import ArchiveRefused, UnpackLimits, unpack
-from node_agent.models import JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import JobSpec
 from node_agent.run.jobuser import JobUser, hand_over
 from node_agent.run.launch import EntryPointNotFound, build_environment, resolve_entry_point
 from node_agent.run.processes import run_command

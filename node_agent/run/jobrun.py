@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 from node_agent.run import shim
 from node_agent.run.jobuser import JobUser
 from node_agent.run.processes import (

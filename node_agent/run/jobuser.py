@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 from node_agent.run.launch import without_agent_settings
 
 if TYPE_CHECKING:

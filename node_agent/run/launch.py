@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from node_agent.credentials import HANDOVER_VARIABLE
-from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE
 
 # The agent's own settings never leak into a job (the token above all).
 _AGENT_ONLY = (

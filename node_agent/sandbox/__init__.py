@@ -3,4 +3,4 @@
 own processes and files and the platform's paths, and a cgroup with memory and process limits
 (``cgroups``). ``isolation`` says at start what this host allows, and what jobs share when it
 cannot sandbox them.
-Imports: common, node_agent.models, node_agent.run."""
+Imports: common, node_agent.jobdirs, node_agent.models, node_agent.run."""

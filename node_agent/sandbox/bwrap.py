@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 
 OUTPUT, OUTPUT_CHECKPOINT = "/output", "/output-checkpoint"
 INPUT, INPUT_CHECKPOINT = "/input", "/input-checkpoint"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 from node_agent.run.jobuser import JobUser
 from node_agent.sandbox.bwrap import PLATFORM_DIRS, JobSandbox
 from node_agent.sandbox.cgroups import CgroupError, JobCgroup

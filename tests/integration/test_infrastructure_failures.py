@@ -12,7 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from cli.output.jobs import render_job
-from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED
+from node_agent.shipping import LOST_WHILE_AWAY, NEVER_LAUNCHED
 from tests.console import console_site
 from tests.integration.test_hostile_requests import SPEC as HOSTILE_SPEC
 from tests.integration.test_hostile_requests import Api, open_api

@@ -43,7 +43,7 @@ from domain.ids import checkpoint_id
 from domain.job import TrainingJob
 from domain.lifecycle import EVENT_STATUS
 from domain.reports import WrongNode
-from node_agent.ending import LOST_WHILE_AWAY, NEVER_LAUNCHED
+from node_agent.shipping import LOST_WHILE_AWAY, NEVER_LAUNCHED
 from tests.support import SPEC_TERMINAL as TERMINAL
 from tests.support import SPEC_TRANSITIONS
 

@@ -19,7 +19,8 @@ from node_agent.build.builder import (
     JobBuild,
 )
 from node_agent.build.secrets import JobSecrets, not_found
-from node_agent.models import JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import JobSpec
 from tests.support import build_wheel, git, make_repo
 
 

@@ -25,7 +25,8 @@ from node_agent.build.envcache import (
 )
 from node_agent.build.filelock import FileLock
 from node_agent.build.gitmirror import GitMirrors
-from node_agent.models import JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import JobSpec
 from tests.support import build_wheel, git, make_repo
 from tests.unit.test_agent_build import Repo, commit_file
 

@@ -15,7 +15,8 @@ import pytest
 
 from node_agent.build.builder import BuildCaches, BuildFailed, JobBuild, _git_env
 from node_agent.build.unpack import ArchiveRefused, UnpackLimits, unpack
-from node_agent.models import JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import JobSpec
 from tests.support import make_repo
 
 

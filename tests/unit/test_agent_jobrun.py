@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE
 from node_agent.run.jobrun import JobRun, read_number
 from node_agent.run.launch import marker_of
 from tests.support import STUBBORN_GROUP, alive, wait_until

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from node_agent import workdir
+from node_agent.jobdirs import JobDirs
 from node_agent.main import main
-from node_agent.models import JobDirs
 from node_agent.run.jobuser import job_user
 from tests.support import build_wheel, can_run_jobs_as, make_repo, world_readable_directory
 from tests.support import python_for_user as find_python

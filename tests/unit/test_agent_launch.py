@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from domain.specs import PLATFORM_VARIABLES
-from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE
 from node_agent.run.launch import (
     EntryPointNotFound,
     Placement,

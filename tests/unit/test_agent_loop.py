@@ -16,7 +16,8 @@ import pytest
 import node_agent.agent as agent_module
 from node_agent.agent import Agent, AgentSettings
 from node_agent.client import ApiError, ApiUnavailable, Listing
-from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE, Assignment, JobSpec
 from node_agent.run.processes import marked_processes
 from node_agent.supervisor import SupervisorSettings
 from tests.support import wait_until

@@ -15,7 +15,7 @@ import pytest
 
 from node_agent import workdir
 from node_agent.client import ApiError
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 from node_agent.run.jobuser import job_user
 from node_agent.supervisor import JobSupervisor
 from tests.support import (

@@ -15,7 +15,8 @@ import pytest
 
 from node_agent.artifacts.checkpoints import CheckpointWatcher
 from node_agent.artifacts.uploader import ArtifactUploader
-from node_agent.models import MARKER_VARIABLE, JobDirs
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE
 from node_agent.run.jobrun import JobRun
 from tests.support import alive, wait_until
 from tests.unit.test_agent_supervisor import (

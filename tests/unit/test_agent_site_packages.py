@@ -12,7 +12,8 @@ import pytest
 
 from node_agent.build.builder import BuildCaches, JobBuild
 from node_agent.build.envcache import host_site_packages, python_info
-from node_agent.models import JobDirs, JobSpec
+from node_agent.jobdirs import JobDirs
+from node_agent.models import JobSpec
 from tests.support import make_repo
 
 HOST_ONLY = "flexai_host_only_package"

@@ -21,7 +21,8 @@ import pytest
 from node_agent.accelerators import AcceleratorPool
 from node_agent.artifacts import uploader as uploads
 from node_agent.client import ApiError, ApiUnavailable
-from node_agent.models import MARKER_VARIABLE, Assignment, JobDirs, JobSpec, Rendezvous
+from node_agent.jobdirs import JobDirs
+from node_agent.models import MARKER_VARIABLE, Assignment, JobSpec, Rendezvous
 from node_agent.run.jobrun import JobRun
 from node_agent.supervisor import JobSupervisor, SupervisorSettings
 from tests.support import STUBBORN_GROUP, alive, git, job_repo, wait_until

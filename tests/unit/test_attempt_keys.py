@@ -13,7 +13,7 @@ import pytest
 from api.artifacts.followers import AttemptLog, attempt_over
 from api.artifacts.store import output_key
 from common.attempts import attempt_key, attempt_query, current_attempt, last_attempt
-from node_agent.models import JobDirs
+from node_agent.jobdirs import JobDirs
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "common" / "attempts.py"

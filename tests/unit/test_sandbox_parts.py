@@ -97,7 +97,7 @@ def test_a_host_without_cgroups_is_said_at_start(tmp_path: Path) -> None:
 def test_a_sandboxs_command_line_shows_the_job_its_own_paths_devices_and_cgroup(
     tmp_path: Path,
 ) -> None:
-    from node_agent.models import JobDirs
+    from node_agent.jobdirs import JobDirs
     from node_agent.sandbox.bwrap import JobSandbox
 
     dirs = JobDirs.for_job(tmp_path / "work", "job-1")

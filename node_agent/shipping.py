@@ -1,4 +1,5 @@
-"""The end of one job on this node: what it leaves is shipped, then how it ended is reported.
+"""What one job on this node sends the control plane, for the job's whole life: its log (from
+the build's first line), its checkpoints and outputs, and, last, the report of how it ended.
 
 The contract of ``docs/design.md``: every log line is shipped, the remaining checkpoints and the
 output directory are uploaded, and only then is the terminal report (``exited``, ``failed``,
@@ -24,8 +25,9 @@ from pathlib import Path
 from node_agent.artifacts.checkpoints import CheckpointWatcher
 from node_agent.artifacts.uploader import Artifact, ArtifactUploader
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
+from node_agent.jobdirs import JobDirs
 from node_agent.logs.shipper import LogShipper
-from node_agent.models import STOP_IN_PROGRESS, JobDirs
+from node_agent.models import STOP_IN_PROGRESS
 from node_agent.reports import TRY_ONCE, Answer, JobReporter
 from node_agent.run.watch import Ended, stop_outcome, time_limit_message
 
@@ -53,9 +55,10 @@ def ended_at(exit_code_file: Path) -> str | None:
     return datetime.fromtimestamp(found.st_mtime, UTC).isoformat(timespec="microseconds")
 
 
-class JobEnding:
-    """One job's log, and its last word to the control plane; ``quiet``: the agent is going
-    away (or the job is no longer this node's), so nothing more is reported."""
+class JobShipping:
+    """One job's log shipper and artifact uploader, held from its build to its end, and its last
+    word to the control plane once they are done; ``quiet``: the agent is going away (or the job
+    is no longer this node's), so nothing more is reported."""
 
     def __init__(
         self,
