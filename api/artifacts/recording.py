@@ -27,7 +27,7 @@ from domain.errors import DomainError, JobDeleted
 from domain.ids import checkpoint_id as derive_checkpoint_id
 from domain.lifecycle import ROWS
 from domain.statuses import Status
-from projections.projector import Projector
+from projections.projector import ProjectionTimeout, Projector
 from projections.queries import Queries
 
 log = logging.getLogger(__name__)
@@ -136,11 +136,13 @@ class ArtifactRecords:
                       "name": session.name, "node": node_name, "node_index": session.node_index,
                       **metadata, "archive_size": size, "sha256": sha256}  # fmt: skip
         outcome = self.jobs.record_checkpoint(job_id, session.node_id, checkpoint)
-        self.projector.wait(outcome.position)  # the views show it, when this returns
+        position = outcome.position
+        if position is None:  # recorded before (a completion whose answer was lost, sent again)
+            position = self.jobs.recorder.max_notification_id()  # type: ignore[attr-defined]
+        self.projector.wait(position)  # the views show it, when this returns
         shown = self.recorded(document, "checkpoint", session.name, session.node_index)
-        if shown is None:  # the views said they hold the event: they hold its row
-            raise RuntimeError(f"checkpoint {checkpoint['id']} is recorded (position "
-                               f"{outcome.position}) but the views lack it")  # fmt: skip
+        if shown is None:  # cannot be, once the views hold the event: a 503 to try again
+            raise ProjectionTimeout(f"the views do not show checkpoint {checkpoint['id']} yet")
         return dict(shown)
 
     def _discard(self, session: UploadSession) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from api.artifacts import settling
 from domain.datasets import Dataset
+from domain.ids import checkpoint_id
 from tests.integration.artifact_api import (
     CHECKPOINT,
     OUTPUT,
@@ -42,6 +43,26 @@ def test_a_checkpoint_sent_in_parts_is_recorded_with_its_archive_size_and_sha256
     assert (recorded["archive_size"], recorded["sha256"]) == (len(CHECKPOINT), sha256(CHECKPOINT))
     listed = api.client.get("/v1/jobs/trainer/checkpoints", headers=api.user).json()
     assert listed["checkpoints"] == [recorded]
+
+
+def test_a_checkpoint_the_ledger_holds_before_the_views_show_it_completes_all_the_same(
+    api: Api,
+) -> None:
+    """An earlier completion recorded it, and its answer was lost (the database went away
+    after the commit): the views may not show it yet when the agent completes again."""
+    job_id = api.running_job()
+    checkpoint = {"id": checkpoint_id(UUID(job_id), "checkpoint-7", 0), "name": "checkpoint-7",
+                  "node": "gpu-1", "node_index": 0, "step": 7,
+                  "archive_size": len(CHECKPOINT), "sha256": sha256(CHECKPOINT)}  # fmt: skip
+    recorded = api.services.jobs.record_checkpoint(UUID(job_id), api.node_id, checkpoint)
+    assert recorded.position is not None  # in the ledger, not yet in the views
+    assert api.services.queries.checkpoints(job_id) == []
+
+    answer = api.send(job_id, CHECKPOINT, name="checkpoint-7")
+
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["id"], answer.json()["step"]) == (checkpoint["id"], 7)
+    assert api.events(job_id).count("CheckpointRecorded") == 1
 
 
 def test_an_upload_completed_again_or_begun_again_records_nothing_more(api: Api) -> None:
