@@ -56,6 +56,23 @@ ON_A_NODE = frozenset(
     {Status.BUILDING, Status.ENQUEUED, Status.IN_PROGRESS, Status.STOP_IN_PROGRESS}
 )
 
+
+
+class Report(StrEnum):
+    """What an agent reports of a job on its node (``POST /v1/agent/jobs/{id}/reports``)."""
+
+    BUILT = "built"
+    BUILD_FAILED = "build_failed"
+    EXITED = "exited"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    STOP_FAILED = "stop_failed"
+    LOGS_UNAVAILABLE = "logs_unavailable"
+
+
+ENDING_REPORTS = frozenset({Report.EXITED, Report.FAILED, Report.STOPPED})
+"""The reports that say the entry point ended (they may carry ``ended_at``)."""
+
 # -- limits ---------------------------------------------------------------------------------
 
 MAX_JOB_NAME = 63

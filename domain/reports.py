@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.contract import Report
 from domain.actors import Actor, agent
 from domain.errors import DomainError
 from domain.failures import is_infrastructure
@@ -20,11 +21,11 @@ class WrongNode(DomainError):
 
 
 # The status an agent report leads to; a resend finds the job there already.
-REPORT_STATUS = {
-    "build_failed": Status.FAILED,
-    "failed": Status.FAILED,
-    "stopped": Status.STOPPED,
-    "stop_failed": Status.STOP_FAILED,
+REPORT_STATUS: dict[str, Status] = {
+    Report.BUILD_FAILED: Status.FAILED,
+    Report.FAILED: Status.FAILED,
+    Report.STOPPED: Status.STOPPED,
+    Report.STOP_FAILED: Status.STOP_FAILED,
 }
 
 
@@ -52,32 +53,32 @@ def apply_report(
     job: TrainingJob, kind: str, report: dict[str, Any], by: Actor, index: int
 ) -> bool:
     """Apply one report of node ``index``; False when it is a resend that changes nothing."""
-    if kind == "logs_unavailable":
+    if kind == Report.LOGS_UNAVAILABLE:
         return job.note_logs_unavailable(
             report["message"], report["offset"], report["written"], by=by
         )
-    if kind == "built":
+    if kind == Report.BUILT:
         return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
     if _already_recorded(job, kind, report, index):
         return False
     ended = end_moment(report.get("ended_at"))  # when the entry point ended, if it says
-    if kind == "build_failed":
+    if kind == Report.BUILD_FAILED:
         _build_failed(job, report, by, index)
-    elif kind == "exited":
+    elif kind == Report.EXITED:
         _exited(job, int(report["exit_code"]), by, index, ended)
-    elif kind == "failed":
+    elif kind == Report.FAILED:
         if job.status == Status.IN_PROGRESS and job.retry_if_owed(
             report["code"], _on_node(job, report["message"], index), by, report.get("exit_code")
         ):
             return True
         job.fail(code=report["code"], message=report["message"], by=by, node_index=index,
                  ended_at=ended, exit_code=report.get("exit_code"))  # fmt: skip
-    elif kind == "stopped" and job.status == Status.IN_PROGRESS and job.preemption is not None:
+    elif kind == Report.STOPPED and job.status == Status.IN_PROGRESS and job.preemption is not None:
         job.yield_node(by=by, exit_code=report.get("exit_code"), node_index=index)
-    elif kind == "stopped":
+    elif kind == Report.STOPPED:
         job.confirm_stopped(by=by, exit_code=report.get("exit_code"), node_index=index,
                             ended_at=ended)  # fmt: skip
-    elif kind == "stop_failed":
+    elif kind == Report.STOP_FAILED:
         job.fail_stop(message=report["message"], by=by)
     else:
         raise DomainError(f"unknown report type '{kind}'")
@@ -121,11 +122,11 @@ def _on_node(job: TrainingJob, message: str, index: int) -> str:
 def _already_recorded(job: TrainingJob, kind: str, report: dict[str, Any], index: int) -> bool:
     """Whether this report of node ``index`` is a resend of one the ledger holds."""
     placement = job.placements[index] if index < len(job.placements) else {}
-    if kind == "exited":  # a report leading where the job is already changes nothing
+    if kind == Report.EXITED:  # a report leading where the job is already changes nothing
         if report.get("exit_code") == 0:
             return job.status == Status.SUCCEEDED or placement.get("exit_code") == 0
         return job.status == Status.FAILED
-    if kind == "stopped":  # or the preemption it confirms is recorded, the job waits again
+    if kind == Report.STOPPED:  # or the preemption it confirms is recorded, the job waits again
         yielded = job.status == Status.ENQUEUED and getattr(job, "yielded", False)
         return job.status == Status.STOPPED or yielded or bool(placement.get("stopped"))
     return REPORT_STATUS.get(kind) == job.status

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from common.contract import ENDING_REPORTS, Report
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient
 from node_agent.models import Rendezvous, indices
 
@@ -20,7 +21,7 @@ log = logging.getLogger("flexai.agent")
 MAX_MESSAGE = 4096
 """The longest report message the control plane takes."""
 
-ENDING = frozenset({"exited", "failed", "stopped"})
+ENDING = ENDING_REPORTS
 """The reports that may carry ``ended_at``."""
 TRY_ONCE = threading.Event()
 """``give_up`` for a reporter that tries each report once (within its ``retry_for``)."""
@@ -67,33 +68,33 @@ class JobReporter:
 
     def built(self, commit: str, master_port: int | None = None) -> Answer:
         """The build succeeded here; ``master_port``: node 0's rendezvous port (nnodes > 1)."""
-        return self.send("built", commit=commit, master_port=master_port)
+        return self.send(Report.BUILT, commit=commit, master_port=master_port)
 
     def build_failed(self, code: str, message: str, commit: str | None) -> Answer:
-        return self.send("build_failed", code=code, message=message, commit=commit)
+        return self.send(Report.BUILD_FAILED, code=code, message=message, commit=commit)
 
     def exited(self, exit_code: int) -> Answer:
-        return self.send("exited", exit_code=exit_code)
+        return self.send(Report.EXITED, exit_code=exit_code)
 
     def failed(self, code: str, message: str, exit_code: int | None = None) -> Answer:
         """``exit_code``: the entry point's, where it ended (a time limit's SIGTERM)."""
         if exit_code is None:
-            return self.send("failed", code=code, message=message)
-        return self.send("failed", code=code, message=message, exit_code=exit_code)
+            return self.send(Report.FAILED, code=code, message=message)
+        return self.send(Report.FAILED, code=code, message=message, exit_code=exit_code)
 
     def stopped(self, exit_code: int | None = None) -> Answer:
         """``exit_code``: the entry point's, when its process ended and the code is known."""
         if exit_code is None:
-            return self.send("stopped")
-        return self.send("stopped", exit_code=exit_code)
+            return self.send(Report.STOPPED)
+        return self.send(Report.STOPPED, exit_code=exit_code)
 
     def stop_failed(self, message: str) -> Answer:
-        return self.send("stop_failed", message=message)
+        return self.send(Report.STOP_FAILED, message=message)
 
     def logs_unavailable(self, message: str, offset: int, written: int) -> Answer:
         """The logs cannot be shipped past ``offset`` for now (``written`` bytes exist)."""
         return self.send(
-            "logs_unavailable", message=report_text(message), offset=offset, written=written
+            Report.LOGS_UNAVAILABLE, message=report_text(message), offset=offset, written=written
         )
 
     def send(self, kind: str, **facts: Any) -> Answer:

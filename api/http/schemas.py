@@ -19,6 +19,7 @@ from api.http.sharing_schemas import (
 )
 from api.http.upload_schemas import RecordedOutput
 from common.contract import JOB_NAME_RULE
+from common.contract import Report as ReportKind
 from common.job_spec import DEFAULT_PRIORITY, DEFAULT_REQUIREMENTS_PATH
 from domain.values import InvalidValue
 
@@ -294,10 +295,7 @@ class Assignments(BaseModel):
 
 class Report(BaseModel):
     node_id: str = Field(pattern=r"^[0-9a-fA-F-]{32,36}$")
-    type: Literal[
-        "built", "build_failed", "exited", "failed", "stopped", "stop_failed",
-        "logs_unavailable",
-    ]
+    type: ReportKind
     node_index: int | None = Field(
         default=None, ge=0, le=values.MAX_NODES,
         description="the reporting node's index in the job (default: its only placement)",
