@@ -148,6 +148,16 @@ def check_secret_name(name: Any) -> str:
     return check_pattern(name, SECRET_NAME, SECRET_RULE)
 
 
+RUNTIME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+RUNTIME_RULE = "1 to 63 letters, digits, '.', '-' and '_', starting with a letter or digit"
+HOST_RUNTIME = "host"
+"""The runtime of a job that runs on the node's own system, in no image (no ``--runtime``)."""
+
+
+def check_runtime_name(name: Any) -> str:
+    return check_pattern(name, RUNTIME_NAME, RUNTIME_RULE)
+
+
 def check_env_name(name: Any) -> str:
     if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
         raise Refusal(f"{quoted(name, 40)} is not an environment variable name (1 to 255 "
@@ -216,3 +226,35 @@ def repository_kind(url: str) -> str:
         raise Refusal(f"{shown} has no host, or a host or user starting with '-'; "
                       f"{_WHAT_TO_GIVE}")  # fmt: skip
     return kind
+
+
+# -- container images -----------------------------------------------------------------------
+
+IMAGE_TRANSPORT = "docker://"
+MAX_IMAGE_REF = 512
+_IMAGE_REF = re.compile(
+    r"(?P<host>(?:localhost|[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+)(?::[0-9]{1,5})?)"
+    r"(?P<path>(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)+)"
+    r"(?P<tag>:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?P<digest>@sha256:[0-9a-f]{64})?"
+)
+IMAGE_REF_RULE = (
+    "docker://HOST[:PORT]/PATH[:TAG][@sha256:DIGEST], e.g. "
+    "docker://nvcr.io/nvidia/pytorch:25.06-py3 (the registry's host is needed: "
+    "docker.io/library/ubuntu:24.04, not ubuntu:24.04)"
+)
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_image_ref(ref: Any) -> str:
+    """A container image's reference in the form skopeo pulls, ``docker://`` written out: a
+    bare ``HOST/PATH...`` is taken as ``docker://HOST/PATH...``."""
+    if not isinstance(ref, str) or len(ref) > MAX_IMAGE_REF:
+        raise Refusal(f"{quoted(ref, 40)} is not an image reference: use {IMAGE_REF_RULE}")
+    bare = ref.removeprefix(IMAGE_TRANSPORT)
+    if "://" in bare:
+        raise Refusal(f"{quoted(ref)} names another transport than docker://: use "
+                      f"{IMAGE_REF_RULE}")  # fmt: skip
+    if not _IMAGE_REF.fullmatch(bare):
+        raise Refusal(f"{quoted(ref)} is not an image reference: use {IMAGE_REF_RULE}")
+    return IMAGE_TRANSPORT + bare

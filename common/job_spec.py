@@ -17,6 +17,9 @@ from common.contract import PRIORITIES
 
 DEFAULT_REQUIREMENTS_PATH = "requirements.txt"
 DEFAULT_PRIORITY: Final = "normal"
+RUNTIME_FIELDS: Final = ("runtime", "runtime_image", "registry_secret", "registry_secret_owner")
+"""What a spec records of its runtime: absent from the dictionary where None (every spec
+before runtimes, and every job without one, keeps its shape)."""
 
 
 def default_preemptible(priority: str) -> bool:
@@ -56,6 +59,16 @@ class JobSpec:
     """As asked; None: as its priority has it (:attr:`may_be_preempted` says which)."""
     max_retries: int = 0
     retry_on_exit_codes: tuple[int, ...] = ()
+    runtime: str | None = None
+    """The runtime asked for (``--runtime``); None: the node's own system (``host``)..."""
+    runtime_image: str | None = None
+    """...the image it named at submission (``docker://HOST/PATH:TAG``), which the agent pulls
+    and runs the job in..."""
+    registry_secret: str | None = None
+    """...and the secret (``USER:PASSWORD``) the registry is logged in to with, if the runtime
+    names one: that secret's name, of ``registry_secret_owner`` (the admin who made the
+    runtime), read by the agent from ``/v1/agent/jobs/{id}/registry-credentials``."""
+    registry_secret_owner: str | None = None
 
     # -- what the fields say ------------------------------------------------------------
 
@@ -100,13 +113,17 @@ class JobSpec:
             preemptible=None if data.get("preemptible") is None else bool(data["preemptible"]),
             max_retries=int(data.get("max_retries") or 0),
             retry_on_exit_codes=tuple(int(code) for code in data.get("retry_on_exit_codes") or ()),
+            runtime=data.get("runtime") or None,
+            runtime_image=data.get("runtime_image") or None,
+            registry_secret=data.get("registry_secret") or None,
+            registry_secret_owner=data.get("registry_secret_owner") or None,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """The dictionary the ledger stores (its shape unchanged since the first version):
         every field a body gives, the input checkpoint's id; the dataset mounts and hashes
         only for a job with datasets (the mounts only where given), and the sharing fields
-        only where they differ from their defaults."""
+        only where they differ from their defaults; the runtime's fields only where set."""
         data: dict[str, Any] = {
             "repository_url": self.repository_url,
             "repository_revision": self.repository_revision,
@@ -128,6 +145,9 @@ class JobSpec:
             data["max_retries"] = self.max_retries
         if self.retry_on_exit_codes:
             data["retry_on_exit_codes"] = list(self.retry_on_exit_codes)
+        for name in RUNTIME_FIELDS:
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
         return data
 
 

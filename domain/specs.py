@@ -188,6 +188,7 @@ SPEC_FIELDS = {
     "secrets", "datasets", "dataset_hashes", "dataset_mounts",
     "checkpoint", "entry_point", "input_checkpoint_id", "time_limit_s",
     "stop_grace_s", "priority", "preemptible", "max_retries", "retry_on_exit_codes",
+    "runtime", "runtime_image", "registry_secret", "registry_secret_owner",
 }  # fmt: skip
 
 
@@ -212,6 +213,7 @@ def check_spec(spec: Mapping[str, Any]) -> None:
     check_optional(spec.get("checkpoint"), "checkpoint", MAX_LABEL)
     check_optional(spec.get("input_checkpoint_id"), "input_checkpoint_id", MAX_LABEL)
     check_entry_point(spec.get("entry_point"))
+    check_runtime(spec)
     if spec.get("time_limit_s") is not None:
         check_int(spec["time_limit_s"], "time_limit_s", 1, MAX_TIME_LIMIT_S)
     if spec.get("stop_grace_s") is not None:
@@ -238,3 +240,16 @@ def check_dataset_hashes(
             raise InvalidValue(f"{field}.{name}", "is not one of the job's datasets")
         check_content_hash(content_hash, f"{field}.{name}")
     return dict(hashes)
+
+
+def check_runtime(spec: Mapping[str, Any]) -> None:
+    """The runtime a job asked for, the image it was pinned to and the secret its registry
+    is logged in to with (a name of a secret's owner's)."""
+    if spec.get("runtime") is not None:
+        by_contract(contract.check_runtime_name, spec["runtime"], "runtime")
+    if spec.get("runtime_image") is not None:
+        by_contract(contract.check_image_ref, spec["runtime_image"], "runtime_image")
+    if spec.get("registry_secret") is not None:
+        check_secret_name(spec["registry_secret"], "registry_secret")
+        check_text(spec.get("registry_secret_owner"), "registry_secret_owner",
+                   max_length=MAX_LABEL)  # fmt: skip
