@@ -1,14 +1,16 @@
-"""What a submitted job's spec records, beyond what its body asks: the input checkpoint and
-datasets it names pinned to the ids and contents they have now, and the server's default time
-limit where it sets none. Single and list submissions alike call it (``routes/jobs.py``,
-``routes/submissions.py``); what it refuses, it says in :class:`SpecRefused`, which the HTTP
-layer answers as it is."""
+"""What a submitted job's spec records, beyond what its body asks: the input checkpoint,
+datasets and runtime it names pinned to the ids, contents and image they have now, and the
+server's default time limit where it sets none. Single and list submissions alike call it
+(``routes/jobs.py``, ``routes/submissions.py``); what it refuses, it says in
+:class:`SpecRefused`, which the HTTP layer answers as it is."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from api.runtimes import Runtime
 from api.services import Services
+from common.contract import HOST_RUNTIME
 from common.job_spec import JobSpec
 from domain.specs import check_repository_url, split_dataset
 from domain.values import InvalidValue
@@ -37,6 +39,7 @@ class JobSpecs:
         self.checkpoints: dict[str, str] = {}
         self.datasets: dict[tuple[str, ...], dict[str, str]] = {}
         self.high_priority: bool | None = None
+        self.runtimes: dict[str, Runtime | None] = {}
 
     def recorded(self, asked: JobSpec) -> JobSpec:
         """The spec to record for a job whose body asks for ``asked`` (its datasets as given:
@@ -60,7 +63,33 @@ class JobSpecs:
             time_limit_s=settings.default_time_limit_s if asked.time_limit_s is None
             else asked.time_limit_s,
         )
+        spec = self._in_runtime(spec)
         return self._pinned(spec) if spec.datasets else spec
+
+    def _in_runtime(self, spec: JobSpec) -> JobSpec:
+        """The runtime's image and registry secret pinned as they are now (the agent gets
+        them even if the runtime changes later); none for ``host``, the node's own system."""
+        if spec.runtime in (None, HOST_RUNTIME):
+            return replace(spec, runtime=None, runtime_image=None, registry_secret=None,
+                           registry_secret_owner=None)  # fmt: skip
+        if spec.runtime not in self.runtimes:
+            self.runtimes[spec.runtime] = self.services.runtimes.get(spec.runtime)
+        runtime = self.runtimes[spec.runtime]
+        if runtime is None:
+            raise SpecRefused(422, "runtime-not-found", "Runtime not found",
+                              self._no_runtime(spec.runtime), "runtime")  # fmt: skip
+        return replace(spec, runtime_image=runtime.image, registry_secret=runtime.registry_secret,
+                       registry_secret_owner=runtime.registry_secret_owner)  # fmt: skip
+
+    def _no_runtime(self, name: str) -> str:
+        there = [runtime.name for runtime in self.services.runtimes.listed()]
+        if not there:
+            return (f"there is no runtime named '{name}', nor any other yet: an admin makes one "
+                    "with `flexai admin runtime create NAME --image REF`; or leave out "
+                    "--runtime to run on the node's own system")  # fmt: skip
+        return (f"there is no runtime named '{name}': use one of {', '.join(there)} "
+                f"(`flexai runtime list` shows their images), or {HOST_RUNTIME} for the node's "
+                "own system")  # fmt: skip
 
     def _pinned(self, spec: JobSpec) -> JobSpec:
         """Each dataset pinned to its version now (a name not pushed fails the build), and

@@ -23,6 +23,7 @@ from api.identity.secrets import SecretStore, open_secret_store
 from api.identity.sessions import Sessions
 from api.ledger.format import check_ledger_format
 from api.ledger.parts import LedgerParts
+from api.runtimes import Runtimes
 from api.scheduling.assignments import AssignmentWaiters
 from api.scheduling.leadership import AlwaysLeader, FileLeaderLock, LeaderLock, PostgresLeaderLock
 from api.scheduling.nodes import OperationalState
@@ -68,6 +69,8 @@ class Services:
     """Users' secrets, sealed with the server's secret key (never in the ledger)."""
     sessions: Sessions
     """The web console's sign-in sessions (server-side, shared by the replicas)."""
+    runtimes: Runtimes
+    """The images admins name for jobs to run in (``--runtime``)."""
     assignment_waiters: AssignmentWaiters = field(default_factory=AssignmentWaiters)
     debug_sessions: DebugSessions = field(default_factory=DebugSessions)
     """Live `debug-ssh` sessions and their relays (this process's only)."""
@@ -181,6 +184,7 @@ def _services(settings: Settings, database: Database) -> Services:
         waits=Waits(database),
         secrets=open_secret_store(database, settings.data_dir),
         sessions=Sessions(database),
+        runtimes=Runtimes(database),
         scheduler_wakeup=scheduler_wakeup,
         leader_lock=leader_lock,
         presence=presence,

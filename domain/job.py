@@ -109,19 +109,23 @@ class TrainingJob(JobAttempts, JobRecords, Aggregate):
         self._rejected(code=code, message=message, by=by)
 
     def record_built(
-        self, node_index: int, commit: str | None, master_port: int | None, by: Actor
+        self, node_index: int, commit: str | None, master_port: int | None, by: Actor,
+        image_digest: str | None = None,
     ) -> bool:
-        """One node's build succeeded; False when that node's build is already recorded (a
-        resend, whatever the status since)."""
+        """One node's build succeeded (in its runtime's image of ``image_digest``, where it
+        ran in one); False when that node's build is already recorded (a resend, whatever the
+        status since)."""
         if self.deleted or not self.placements:  # no node, nothing built: refused at once
             require(self, "Built")
         checked(values.check_commit, commit)
         if master_port is not None:
             checked(values.check_port, master_port)
+        checked(values.check_image_digest, image_digest)
         if self._placement(node_index)["built"]:
             return False
         require(self, "Built")
-        self._built(node_index=node_index, commit=commit, master_port=master_port, by=by)
+        self._built(node_index=node_index, commit=commit, master_port=master_port, by=by,
+                    image_digest=image_digest)  # fmt: skip
         return True
 
     def enqueue(self, commit: str | None, by: Actor, waiting_on: list[str] | None = None) -> None:
@@ -245,7 +249,7 @@ class TrainingJob(JobAttempts, JobRecords, Aggregate):
 
     @job_event("Built")
     def _built(self, node_index: int, commit: str | None, master_port: int | None,
-               by: Actor) -> None:  # fmt: skip
+               by: Actor, image_digest: str | None = None) -> None:  # fmt: skip
         self.placements[node_index]["built"] = True
         self.commit = commit or self.commit
         if master_port is not None:

@@ -58,7 +58,8 @@ def apply_report(
             report["message"], report["offset"], report["written"], by=by
         )
     if kind == Report.BUILT:
-        return job.record_built(index, report.get("commit"), report.get("master_port"), by=by)
+        return job.record_built(index, report.get("commit"), report.get("master_port"), by=by,
+                                image_digest=report.get("image_digest"))  # fmt: skip
     if _already_recorded(job, kind, report, index):
         return False
     ended = end_moment(report.get("ended_at"))  # when the entry point ended, if it says

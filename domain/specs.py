@@ -30,6 +30,7 @@ from domain.values import (
     check_dataset_name,
     check_int,
     check_optional,
+    check_runtime_name,
     check_secret_name,
     check_text,
 )
@@ -246,7 +247,7 @@ def check_runtime(spec: Mapping[str, Any]) -> None:
     """The runtime a job asked for, the image it was pinned to and the secret its registry
     is logged in to with (a name of a secret's owner's)."""
     if spec.get("runtime") is not None:
-        by_contract(contract.check_runtime_name, spec["runtime"], "runtime")
+        check_runtime_name(spec["runtime"], "runtime")
     if spec.get("runtime_image") is not None:
         by_contract(contract.check_image_ref, spec["runtime_image"], "runtime_image")
     if spec.get("registry_secret") is not None:

@@ -169,6 +169,14 @@ def check_exit_code(code: Any, field: str = "exit_code") -> int:
     return check_int(code, field, 0, MAX_EXIT_CODE)
 
 
+def check_image_digest(digest: Any, field: str = "image_digest") -> str | None:
+    """The digest of the image a job ran in (``sha256:`` and 64 hexadecimal digits)."""
+    if digest is None:
+        return None
+    return check_pattern(digest, field, contract.IMAGE_DIGEST, "sha256: and 64 lower-case "
+                         "hexadecimal digits")  # fmt: skip
+
+
 def check_port(port: Any, field: str = "master_port") -> int:
     return check_int(port, field, 1, MAX_PORT)
 
@@ -245,6 +253,10 @@ def check_dataset_name(name: Any, field: str = "name") -> str:
 
 def check_secret_name(name: Any, field: str = "name") -> str:
     return by_contract(contract.check_secret_name, name, field)
+
+
+def check_runtime_name(name: Any, field: str = "name") -> str:
+    return by_contract(contract.check_runtime_name, name, field)
 
 
 def check_content_hash(value: Any, field: str = "content_hash") -> str:

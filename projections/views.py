@@ -213,6 +213,10 @@ def _built(document: dict[str, Any], facts: dict[str, Any], at: str) -> None:
     index = facts.get("node_index")
     if index is not None and index < len(document["placements"]):
         document["placements"][index]["built"] = True
+        if facts.get("image_digest"):
+            document["placements"][index]["image_digest"] = facts["image_digest"]
+            if index == 0 or not document.get("image_digest"):
+                document["image_digest"] = facts["image_digest"]
     if facts.get("master_port") is not None and document["placements"]:
         address = document["placements"][0].get("address") or "127.0.0.1"
         document["rendezvous"] = {"master_addr": address, "master_port": facts["master_port"]}

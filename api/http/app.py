@@ -25,6 +25,7 @@ from api.http.routes import (
     identity,
     jobs,
     nodes,
+    runtimes,
     secrets,
     uploads,
 )
@@ -68,7 +69,7 @@ def create_app(services: Services, *, background: bool = True) -> FastAPI:
     reading = (jobs.router, nodes.router, datasets.router)  # the position a read waits for
     routers = (jobs.router, agent.router, uploads.router, debug.router, debug.agent_router,
                audit.router, admin.router, identity.router, nodes.router, datasets.router,
-               secrets.router, health.router)  # fmt: skip
+               secrets.router, runtimes.router, health.router)  # fmt: skip
     for router in routers:
         app.include_router(router, dependencies=[ReadAfter] if router in reading else None)
     app.state.route_templates = templates = RouteTemplates(routers)

@@ -97,6 +97,10 @@ class JobCreate(BaseModel):
     preemptible: Preemptible = None
     max_retries: MaxRetries = 0
     retry_on_exit_codes: RetryExitCodes = Field(default_factory=list)
+    runtime: Annotated[str, bounded(values.check_runtime_name)] | None = Field(
+        default=None, description="the runtime (an image an admin named) the job runs in; "
+        "`flexai runtime list` shows them; default, or `host`: the node's own system",
+    )  # fmt: skip
 
 
 class Actor(BaseModel):
@@ -153,6 +157,8 @@ class JobPublic(JobAttemptsPublic, JobSummary):
     failure: Failure | None
     stop: dict[str, Any] | None
     logs_unavailable: LogsUnavailable | None = None
+    image_digest: str | None = None
+    """The digest of the runtime's image the job was built in (its first node's report)."""
     outputs: list[RecordedOutput] = Field(default_factory=list)
     """The output archive recorded for each node that uploaded one (by node index)."""
     placements: list[dict[str, Any]] = Field(default_factory=list)
@@ -305,6 +311,10 @@ class Report(BaseModel):
         default=None, ge=1, le=values.MAX_PORT,
         description="built, node 0 of a multi-node job: the rendezvous port it picked",
     )
+    image_digest: Annotated[str, bounded(values.check_image_digest)] | None = Field(
+        default=None, description="built, a job with a runtime: the digest (sha256:...) of "
+        "the image the node pulled and runs the job in",
+    )  # fmt: skip
     exit_code: ExitCode | None = None
     code: FailureCode | None = None
     message: Message | None = None

@@ -111,7 +111,7 @@ def kind_of(method: str, path: str) -> str:
     if path.startswith("/v1/admin/"):
         return "admin"
     if path.startswith(("/v1/jobs", "/v1/audit/", "/v1/datasets", "/v1/secrets", "/v1/tokens",
-                        "/v1/nodes")):  # fmt: skip
+                        "/v1/nodes", "/v1/runtimes")):  # fmt: skip
         return "user"
     raise AssertionError(f"{method} {path}: a route this matrix does not know; classify it")
 
