@@ -1,5 +1,5 @@
 """The `flexai` entry point: `flexai training <subcommand>`, `flexai dataset <subcommand>`,
-`flexai secret <subcommand>`, `flexai server`, `flexai agent`.
+`flexai secret <subcommand>`, `flexai runtime list`, `flexai server`, `flexai agent`.
 
 Exit codes: 0 done; 1 the server refused or something went wrong (one `error: ` line on
 stderr); 2 the command line is wrong; 130 interrupted with Ctrl-C; 141 the reader of stdout went
@@ -19,6 +19,7 @@ from cli.commands import TRAINING_COMMANDS, Command
 from cli.commands.admin import ADMIN_COMMANDS
 from cli.commands.dataset import DATASET_COMMANDS
 from cli.commands.run import split_entry_point
+from cli.commands.runtime import RUNTIME_COMMANDS
 from cli.commands.secret import SECRET_COMMANDS
 from cli.errors import (
     EXIT_BROKEN_PIPE,
@@ -130,6 +131,12 @@ def build_parser() -> Parser:
         "Manages Secrets: values kept encrypted by the control plane, which jobs get in an\n"
         "environment variable with `flexai training run --secret ENV_VAR=NAME`.",
         "cli.commands.secret", SECRET_COMMANDS,
+    )  # fmt: skip
+    _add_group(
+        top, "runtime", "list Runtimes",
+        "Lists Runtimes: the images an admin named for jobs to run in, with\n"
+        "`flexai training run --runtime NAME`.",
+        "cli.commands.runtime", RUNTIME_COMMANDS,
     )  # fmt: skip
     _add_group(
         top, "admin", "administer the control plane (users, tokens, the ledger)",

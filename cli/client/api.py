@@ -216,6 +216,22 @@ class ApiClient(HttpSession):
         """``DELETE /v1/secrets/{name}``."""
         return self._json("DELETE", f"/v1/secrets/{_segment(name)}")
 
+    # --- runtimes ------------------------------------------------------------------------
+
+    def list_runtimes(self) -> dict[str, Any]:
+        """``GET /v1/runtimes``: ``{"runtimes": [RuntimePublic], "count": n}``, by name."""
+        return self._json("GET", "/v1/runtimes")
+
+    def create_runtime(self, name: str, image: str, registry_secret: str | None = None
+                       ) -> dict[str, Any]:  # fmt: skip
+        """``POST /v1/admin/runtimes`` (409 if the name is taken): the RuntimePublic."""
+        body = {"name": name, "image": image, "registry_secret": registry_secret}
+        return self._json("POST", "/v1/admin/runtimes", json=body)
+
+    def delete_runtime(self, name: str) -> dict[str, Any]:
+        """``DELETE /v1/admin/runtimes/{name}``."""
+        return self._json("DELETE", f"/v1/admin/runtimes/{_segment(name)}")
+
     # --- users and tokens ----------------------------------------------------------------
 
     def whoami(self) -> dict[str, Any]:

@@ -34,9 +34,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_named(parser: argparse.ArgumentParser, kind: str, rule: str,
-              check: Callable[[str], str]) -> None:  # fmt: skip
-    """The ``NAME`` argument of a dataset or a secret, checked by the contract's rule."""
+def contract_type(what: str, check: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse type checked by one rule of the contract, refused in its words."""
 
     def checked(value: str) -> str:
         from common.contract import Refusal
@@ -44,9 +43,16 @@ def add_named(parser: argparse.ArgumentParser, kind: str, rule: str,
         try:
             return check(value)
         except Refusal as refusal:
-            raise argparse.ArgumentTypeError(f"{kind} name {refusal}") from None
+            raise argparse.ArgumentTypeError(f"{what} {refusal}") from None
 
-    parser.add_argument("name", metavar="NAME", type=checked, help=f"the {kind}'s name: {rule}")
+    return checked
+
+
+def add_named(parser: argparse.ArgumentParser, kind: str, rule: str,
+              check: Callable[[str], str]) -> None:  # fmt: skip
+    """The ``NAME`` argument of a dataset or a secret, checked by the contract's rule."""
+    parser.add_argument("name", metavar="NAME", type=contract_type(f"{kind} name", check),
+                        help=f"the {kind}'s name: {rule}")  # fmt: skip
 
 
 def print_listing(args: argparse.Namespace, answer: dict[str, Any], key: str,

@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli.commands import add_json_flag
+from cli.commands import add_json_flag, contract_type
 from cli.errors import CliError, UsageError
 from cli.sharing_flags import add_sharing_flags, sharing_fields
 from cli.sweeps import MAX_JOBS, in_requests, sweep_assignment, sweep_jobs, swept_values
@@ -44,6 +44,7 @@ from common.contract import (
     Refusal,
     check_env_name,
     check_job_name,
+    check_runtime_name,
     looks_remote,
     repository_kind,
 )
@@ -238,6 +239,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="between SIGTERM and SIGKILL when the job is stopped or ended "
         "(default: the agent's --stop-grace)",
     )
+    parser.add_argument(
+        "--runtime", type=contract_type("runtime name", check_runtime_name), metavar="RUNTIME",
+        help="run in this runtime's image (`flexai runtime list` shows them; default, or "
+        "`host`: the node's own system)",
+    )  # fmt: skip
     add_sharing_flags(parser)
     parser.add_argument(
         "--sweep",
@@ -299,6 +305,7 @@ def build_job(args: argparse.Namespace, cwd: Path | None = None) -> dict[str, An
         "checkpoint": args.checkpoint,
         "time_limit_s": getattr(args, "time_limit", None),
         "stop_grace_s": getattr(args, "stop_grace", None),
+        "runtime": getattr(args, "runtime", None),
     }
     job.update({key: value for key, value in optional.items() if value is not None})
     job.update(sharing_fields(args))
@@ -341,6 +348,7 @@ _FLAGS = {
     "time_limit_s": "--time-limit", "stop_grace_s": "--stop-grace", "priority": "--priority",
     "preemptible": "--preemptible", "max_retries": "--max-retries",
     "retry_on_exit_codes": "--retry-on-exit-codes", "entry_point": "the entry point (after --)",
+    "runtime": "--runtime",
 }  # fmt: skip
 _FIELD = re.compile(r"\b(" + "|".join(_FLAGS) + r")(\[\d+\]|\.\w+)?(:| must| is)")
 _SECONDS_BOUND = re.compile(r"(--time-limit|--stop-grace): must be at (most|least) (\d+)\b")

@@ -84,6 +84,8 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
         "stop grace": format_seconds(spec.get("stop_grace_s")),
         **sharing_spec(spec),
     }
+    if spec.get("runtime"):
+        detail["spec"]["runtime"] = runtime_detail(job, spec)
     detail.update(attempts_detail(job))
     placements = job.get("placements") or []
     if len(placements) > 1:
@@ -104,6 +106,16 @@ def job_detail(job: Mapping[str, Any]) -> dict[str, Any]:
     }
     detail["history"] = history_lines(job.get("history") or [])
     return detail
+
+
+def runtime_detail(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The runtime a job runs in: its image as pinned at submission, the digest its node
+    pulled (once built), and the secret its registry was logged in to with."""
+    shown = {"name": spec.get("runtime"), "image": spec.get("runtime_image"),
+             "digest": job.get("image_digest") or "(none reported)"}  # fmt: skip
+    if spec.get("registry_secret"):
+        shown["registry secret"] = f"{spec.get('registry_secret_owner')}/{spec['registry_secret']}"
+    return shown
 
 
 def _placement_line(placement: Mapping[str, Any]) -> str:

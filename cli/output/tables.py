@@ -98,3 +98,11 @@ def render_secrets_table(secrets: Sequence[Mapping[str, Any]]) -> str:
         for secret in secrets
     ]  # fmt: skip
     return render_table(("NAME", "CREATED", "UPDATED"), rows)
+
+
+def render_runtimes_table(runtimes: Sequence[Mapping[str, Any]]) -> str:
+    """The ``runtime list`` table, by name: each image, its digest and the nodes that hold it
+    (``-`` until the agents report them)."""
+    rows = [(runtime.get("name"), runtime.get("image"), runtime.get("digest"),
+             runtime.get("nodes")) for runtime in runtimes]  # fmt: skip
+    return render_table(("NAME", "IMAGE", "DIGEST", "NODES"), rows)

@@ -246,3 +246,14 @@ def test_the_servers_refusal_names_this_commands_flags_and_durations() -> None:
     assert in_flags("a job named 'accels-2' already exists") == (
         "a job named 'accels-2' already exists"
     )
+
+
+def test_flexais_runtime_form_puts_the_runtime_in_the_job_and_none_leaves_it_out(
+    tmp_path: Path,
+) -> None:
+    job = build_job(parse_run(["my-job", "-u", str(tmp_path), "--runtime", "nvidia-25.06", "--",
+                               "train.py"]))  # fmt: skip
+    assert (job["runtime"], job["entry_point"]) == ("nvidia-25.06", ["train.py"])
+    assert "runtime" not in build_job(parse_run(["my-job", "-u", str(tmp_path), "--", "t.py"]))
+    with pytest.raises(UsageError, match="runtime name 'nvidia 25' is not valid"):
+        parse_run(["my-job", "-u", str(tmp_path), "--runtime", "nvidia 25", "--", "t.py"])
