@@ -112,11 +112,3 @@ def parse_size(text: str) -> int:
         raise ValueError(f"expected a size such as 20G or 500M, got {text!r}")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
-
-def is_registry_address(text: str) -> bool:
-    """``HOST:PORT`` (or ``HOST``), as ``--insecure-registry`` takes it."""
-    try:
-        parsed = parse_reference(f"docker://{text}/x")
-    except InvalidReference:
-        return False
-    return parsed.registry == text

@@ -195,7 +195,7 @@ _REASONS: Sequence[tuple[str, re.Pattern[str], str]] = (
                                 r"invalid username/password|access to the resource is denied|"
                                 r"denied:", re.I),
      "check the registry secret's USER:PASSWORD (or token) and that it may pull this image"),
-    ("not found", re.compile(r"manifest unknown|name unknown|not found|404", re.I),
+    ("not found", re.compile(r"manifest unknown|name unknown|\bnot found|404 Not Found", re.I),
      "check the image's name and tag"),
     ("TLS", re.compile(r"HTTP response to HTTPS client|x509|certificate|tls:", re.I),
      "the registry must speak TLS with a certificate the system's CAs trust, or be allowed "

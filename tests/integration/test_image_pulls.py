@@ -7,15 +7,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from node_agent.accelerators import AcceleratorPool
+from node_agent.building import REGISTRY_VARIABLE
 from node_agent.images.cache import ImageCache
-from node_agent.images.ensure import ensure_image
+from node_agent.images.ensure import ImageSettings, ensure_image
 from node_agent.images.pull import ImagePullFailed, RegistryCredentials
+from node_agent.models import Assignment, JobSpec
+from node_agent.supervisor import JobSupervisor, SupervisorSettings
 from tests.registry import MARKER, Registry, free_port, make_image, missing_tools, push
 from tests.registry import running_registry as start_registry
+from tests.unit.test_agent_supervisor import FakeControlPlane, repo_and_commit
 
 pytestmark = pytest.mark.skipif(
     bool(missing_tools()),
@@ -110,3 +117,70 @@ def test_a_plain_http_registry_the_node_does_not_allow_is_refused(
         ensure_image(registry.reference("test/img:1"), credentials, cache=cache)
     assert failed.value.reason == "TLS"
     assert "--insecure-registry" in failed.value.message
+
+
+# -- in the build of a job ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageJobSpec(JobSpec):
+    """The spec with the fields the server adds for images (``--runtime``)."""
+
+    runtime_image: str | None = None
+    registry_secret: dict[str, Any] | None = None
+
+
+class PlaneWithSecrets(FakeControlPlane):
+    def __init__(self, secrets: dict[str, str]) -> None:
+        super().__init__()
+        self.secrets = secrets
+
+    def job_secrets(self, job_id: str, node_index: int = 0) -> dict[str, str]:
+        return dict(self.secrets)
+
+
+def build_in_image(tmp_path: Path, registry: Registry, image: str) -> PlaneWithSecrets:
+    url, _ = repo_and_commit(tmp_path, "print('hi')\n")
+    plane = PlaneWithSecrets({REGISTRY_VARIABLE: registry.credentials})
+    spec = ImageJobSpec(repository_url=url, entry_point=("train.py",),
+                        secrets={REGISTRY_VARIABLE: "registry-login"},
+                        runtime_image=registry.reference(image),
+                        registry_secret={"name": "registry-login"})  # fmt: skip
+    supervisor = JobSupervisor(
+        Assignment(job_id="job-1", name="img", status="building", spec=spec),
+        client=plane,  # type: ignore[arg-type]
+        node_id="node-1",
+        pool=AcceleratorPool(),
+        settings=SupervisorSettings(
+            work_dir=tmp_path / "agent", log_flush_interval=0.05,
+            images=ImageSettings(2**30, frozenset({registry.address})),
+        ),  # fmt: skip
+    )
+    supervisor.start()
+    supervisor.join(60)
+    return plane
+
+
+def test_a_job_naming_an_image_pulls_it_first_and_reports_its_digest_when_built(
+    tmp_path: Path, registry: Registry
+) -> None:
+    plane = build_in_image(tmp_path, registry, "test/img:1")
+    assert plane.reports("job-1") == ["built", "exited"]
+    digest = plane.report_facts("job-1", "built")["image_digest"]
+    log = plane.log_text("job-1")
+    assert f"[build] image {registry.address}/test/img:1: pulled ({digest})" in log
+    assert log.index("[build] Copying blob") < log.index("[build] cloning")
+    assert registry.password not in log
+    cached = tmp_path / "agent" / "images" / digest.removeprefix("sha256:") / "rootfs"
+    assert MARKER in (cached / "etc" / "os-release").read_text()
+
+
+def test_a_job_whose_image_cannot_be_pulled_fails_image_pull_failed_saying_why(
+    tmp_path: Path, registry: Registry
+) -> None:
+    plane = build_in_image(tmp_path, registry, "test/img:missing")
+    assert plane.reports("job-1") == ["build_failed"]
+    facts = plane.report_facts("job-1", "build_failed")
+    assert facts["code"] == "image_pull_failed"
+    assert f"{registry.address}/test/img:missing: not found" in facts["message"]
+    assert "Traceback" not in plane.log_text("job-1")
