@@ -1,12 +1,14 @@
 """The build stage of one job on this node, before the control plane's go: processes an earlier
-build left ended, fresh folders, the build's log opened, the build run (:mod:`node_agent.build`)
-and its failure reported; and, after a preemption, each later attempt's own folders, log and
-input checkpoint (:mod:`node_agent.build.attempts`).
+build left ended, fresh folders, the build's log opened, the job's image pulled (or found in
+this node's cache: :mod:`node_agent.images`) when its spec names one, the build run
+(:mod:`node_agent.build`) and its failure reported; and, after a preemption, each later
+attempt's own folders, log and input checkpoint (:mod:`node_agent.build.attempts`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from node_agent.build.attempts import prepare_attempt
@@ -22,6 +24,8 @@ from node_agent.build.datasets import DatasetCache
 from node_agent.build.secrets import JobSecrets, fetch_secrets
 from node_agent.build.unpack import ArchiveRefused
 from node_agent.client import ApiError, ArtifactAltered, ControlPlaneClient
+from node_agent.images.ensure import Image, ImageSettings, PullCancelled, ensure_image
+from node_agent.images.pull import ImagePullFailed, RegistryCredentials
 from node_agent.jobstate import JobState
 from node_agent.models import Assignment
 from node_agent.reports import JobReporter
@@ -48,6 +52,7 @@ class BuildStage:
         python: str,
         site_packages: bool,
         asked: float,
+        images: ImageSettings | None = None,
     ) -> None:
         self.job = job
         self.client = client
@@ -60,6 +65,7 @@ class BuildStage:
         self.site_packages = site_packages
         self.asked = asked
         """When this node took the job (``time.monotonic``)."""
+        self.images = images or ImageSettings()
 
     def end_earlier_processes(self) -> None:
         """Processes of an earlier build of this job, left by an agent that restarted."""
@@ -114,7 +120,10 @@ class BuildStage:
         try:
             if job.stopping.is_set():
                 raise BuildCancelled()
-            return build.run()
+            build.require_secrets()
+            image = self.pull_image(secrets)
+            built = build.run()
+            return replace(built, image_digest=image.digest) if image else built
         except BuildCancelled:
             self.shipping.stopped_before_running()
         except BuildFailed as failure:
@@ -124,6 +133,26 @@ class BuildStage:
             answer = self.reporter.build_failed(failure.code, failure.message, failure.commit)
             self.shipping.stopped_if_refused(answer)
         return None
+
+    def pull_image(self, secrets: JobSecrets) -> Image | None:
+        """The image the job's spec names, on this node (before its repository: a pull that
+        fails fails the build early); None when it names none."""
+        reference = getattr(self.job.assignment.spec, "runtime_image", None)
+        if not reference:
+            return None
+        try:
+            return ensure_image(
+                reference,
+                registry_credentials(self.job.assignment.spec, secrets),
+                cache=self.images.cache(self.work_dir),
+                insecure_registries=self.images.insecure_registries,
+                log=lambda line: self.shipping.say(f"[build] {line}"),
+                cancel=self.job.stopping,
+            )
+        except ImagePullFailed as failure:
+            raise BuildFailed(IMAGE_PULL_FAILED, failure.message) from None
+        except PullCancelled:
+            raise BuildCancelled() from None
 
     def prepare_attempt(self, go: Assignment) -> tuple[tuple[str, ...], JobSecrets] | None:
         """The new attempt's log, folders and input checkpoint; its command line and secrets,
@@ -157,3 +186,27 @@ class BuildStage:
             raise ArchiveRefused(str(error)) from None
         except ApiError as error:
             raise CheckpointMissing(str(error)) from None
+
+
+IMAGE_PULL_FAILED = "image_pull_failed"
+REGISTRY_VARIABLE = "FLEXAI_REGISTRY_CREDENTIALS"
+"""Where the job's secrets hold the registry secret's value, unless ``registry_secret`` names
+another ``variable``."""
+
+
+def registry_credentials(spec: object, secrets: JobSecrets) -> RegistryCredentials | None:
+    """The credentials of the job's ``registry_secret`` (``USER:PASSWORD``); None: it names
+    none, and the image is pulled anonymously."""
+    said = getattr(spec, "registry_secret", None)
+    if not said:
+        return None
+    variable = str(said.get("variable") or REGISTRY_VARIABLE)
+    value = secrets.values.get(variable)
+    name = said.get("name", variable)
+    if value is None:
+        raise BuildFailed(IMAGE_PULL_FAILED, f"the registry secret {name!r} has no value on "
+                          "this node; check it with `flexai secret list`")  # fmt: skip
+    try:
+        return RegistryCredentials.from_secret(value)
+    except ValueError as error:
+        raise BuildFailed(IMAGE_PULL_FAILED, f"the registry secret {name!r}: {error}") from None

@@ -62,7 +62,7 @@ class StartGate:
         job = self.job
         if job.assignment.nnodes > 1 and job.assignment.node_index == 0:
             self._master_port = free_port(self.address)
-        answer = self.reporter.built(built.commit, self._master_port)
+        answer = self.reporter.built(built.commit, self._master_port, built.image_digest)
         if answer.status == STOP_IN_PROGRESS:
             job.stopping.set()
         if not answer.accepted or answer.status not in ON_ITS_WAY:

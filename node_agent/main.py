@@ -22,6 +22,8 @@ from node_agent.agent import Agent, AgentSettings
 from node_agent.build.envcache import host_site_packages
 from node_agent.client import ApiError, ApiUnavailable, ControlPlaneClient, NodeTaken
 from node_agent.credentials import CredentialError, token_from_environment, token_from_file
+from node_agent.images.flags import add_flags as add_image_flags
+from node_agent.images.flags import image_settings
 from node_agent.network import default_address
 from node_agent.run.jobuser import (
     JobUser,
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         "host's preinstalled PyTorch/CUDA stack, below their own requirements",
     )
     add_sandbox_flags(parser)
+    add_image_flags(parser)
     add(
         "--keep-job-dirs",
         action="store_true",
@@ -336,6 +339,7 @@ def _settings(args: argparse.Namespace, api_url: str) -> AgentSettings:
             job_python=args.job_python or sys.executable,
             job_site_packages=args.job_site_packages,
             sandboxes=jobs,
+            images=image_settings(args),
         ),
     )
 

@@ -66,9 +66,15 @@ class JobReporter:
         self.retry_for = retry_for
         self.node_index = node_index
 
-    def built(self, commit: str, master_port: int | None = None) -> Answer:
-        """The build succeeded here; ``master_port``: node 0's rendezvous port (nnodes > 1)."""
-        return self.send(Report.BUILT, commit=commit, master_port=master_port)
+    def built(
+        self, commit: str, master_port: int | None = None, image_digest: str | None = None
+    ) -> Answer:
+        """The build succeeded here; ``master_port``: node 0's rendezvous port (nnodes > 1);
+        ``image_digest``: the manifest digest of the image the job runs in, if it names one."""
+        if image_digest is None:  # a control plane without images takes the report as before
+            return self.send(Report.BUILT, commit=commit, master_port=master_port)
+        return self.send(Report.BUILT, commit=commit, master_port=master_port,
+                         image_digest=image_digest)  # fmt: skip
 
     def build_failed(self, code: str, message: str, commit: str | None) -> Answer:
         return self.send(Report.BUILD_FAILED, code=code, message=message, commit=commit)

@@ -25,6 +25,7 @@ from node_agent.build.secrets import fetch_secrets
 from node_agent.building import BuildStage
 from node_agent.client import ControlPlaneClient
 from node_agent.gate import StartGate
+from node_agent.images.ensure import ImageSettings
 from node_agent.jobdirs import JobDirs
 from node_agent.jobstate import JobState
 from node_agent.models import STOP_IN_PROGRESS, Assignment
@@ -65,6 +66,8 @@ class SupervisorSettings:
     """Jobs' environments also see ``job_python``'s own packages (``--job-site-packages``)."""
     sandboxes: JobSandboxes | None = None
     """How this node sandboxes each job (:mod:`node_agent.sandbox`); None: it does not."""
+    images: ImageSettings = ImageSettings()
+    """Where the images jobs name are cached, and which registries speak plain HTTP."""
 
 
 
@@ -118,6 +121,7 @@ class JobSupervisor:
             datasets_dir=settings.datasets_dir,
             python=settings.job_python,
             site_packages=settings.job_site_packages,
+            images=settings.images,
             asked=time.monotonic(),  # after the job was submitted
         )
         self.runner = EntryPointRunner(

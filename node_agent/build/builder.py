@@ -68,6 +68,8 @@ class BuiltJob:
     commit: str
     argv: tuple[str, ...]
     """The entry point as the command line to run, from the repository root."""
+    image_digest: str | None = None
+    """The manifest digest of the image the job runs in (``runtime_image``), if it names one."""
 
 
 @dataclass(frozen=True)
