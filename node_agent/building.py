@@ -23,7 +23,7 @@ from node_agent.build.builder import (
 from node_agent.build.datasets import DatasetCache
 from node_agent.build.secrets import JobSecrets, fetch_secrets
 from node_agent.build.unpack import ArchiveRefused
-from node_agent.client import ApiError, ArtifactAltered, ControlPlaneClient
+from node_agent.client import ApiError, ApiUnavailable, ArtifactAltered, ControlPlaneClient
 from node_agent.images.ensure import Image, ImageSettings, PullCancelled, ensure_image
 from node_agent.images.pull import ImagePullFailed, RegistryCredentials
 from node_agent.jobstate import JobState
@@ -121,7 +121,7 @@ class BuildStage:
             if job.stopping.is_set():
                 raise BuildCancelled()
             build.require_secrets()
-            image = self.pull_image(secrets)
+            image = self.pull_image()
             built = build.run()
             return replace(built, image_digest=image.digest) if image else built
         except BuildCancelled:
@@ -134,16 +134,16 @@ class BuildStage:
             self.shipping.stopped_if_refused(answer)
         return None
 
-    def pull_image(self, secrets: JobSecrets) -> Image | None:
+    def pull_image(self) -> Image | None:
         """The image the job's spec names, on this node (before its repository: a pull that
         fails fails the build early); None when it names none."""
-        reference = getattr(self.job.assignment.spec, "runtime_image", None)
+        reference = self.job.assignment.spec.runtime_image
         if not reference:
             return None
         try:
             return ensure_image(
                 reference,
-                registry_credentials(self.job.assignment.spec, secrets),
+                self._registry_credentials(),
                 cache=self.images.cache(self.work_dir),
                 insecure_registries=self.images.insecure_registries,
                 log=lambda line: self.shipping.say(f"[build] {line}"),
@@ -153,6 +153,24 @@ class BuildStage:
             raise BuildFailed(IMAGE_PULL_FAILED, failure.message) from None
         except PullCancelled:
             raise BuildCancelled() from None
+
+    def _registry_credentials(self) -> RegistryCredentials | None:
+        """The login of the registry the job's runtime names a secret for (asked of the
+        control plane while the job builds); None: the image is pulled anonymously."""
+        assignment = self.job.assignment
+        name = assignment.spec.registry_secret
+        if not name:
+            return None
+        try:
+            job_id, node_index = assignment.job_id, assignment.node_index
+            username, password = self.client.registry_credentials(job_id, node_index)
+        except (ApiError, ApiUnavailable) as error:
+            raise BuildFailed(IMAGE_PULL_FAILED, f"the login of the runtime's registry (secret "
+                              f"{name!r}) is not available: {error}") from None  # fmt: skip
+        try:
+            return RegistryCredentials.from_secret(f"{username}:{password}")
+        except ValueError as error:
+            raise BuildFailed(IMAGE_PULL_FAILED, f"the registry secret {name!r}: {error}") from None
 
     def prepare_attempt(self, go: Assignment) -> tuple[tuple[str, ...], JobSecrets] | None:
         """The new attempt's log, folders and input checkpoint; its command line and secrets,
@@ -189,24 +207,3 @@ class BuildStage:
 
 
 IMAGE_PULL_FAILED = "image_pull_failed"
-REGISTRY_VARIABLE = "FLEXAI_REGISTRY_CREDENTIALS"
-"""Where the job's secrets hold the registry secret's value, unless ``registry_secret`` names
-another ``variable``."""
-
-
-def registry_credentials(spec: object, secrets: JobSecrets) -> RegistryCredentials | None:
-    """The credentials of the job's ``registry_secret`` (``USER:PASSWORD``); None: it names
-    none, and the image is pulled anonymously."""
-    said = getattr(spec, "registry_secret", None)
-    if not said:
-        return None
-    variable = str(said.get("variable") or REGISTRY_VARIABLE)
-    value = secrets.values.get(variable)
-    name = said.get("name", variable)
-    if value is None:
-        raise BuildFailed(IMAGE_PULL_FAILED, f"the registry secret {name!r} has no value on "
-                          "this node; check it with `flexai secret list`")  # fmt: skip
-    try:
-        return RegistryCredentials.from_secret(value)
-    except ValueError as error:
-        raise BuildFailed(IMAGE_PULL_FAILED, f"the registry secret {name!r}: {error}") from None

@@ -290,6 +290,13 @@ class ControlPlaneClient:
         given = answer.get("secrets") or {}
         return {str(variable): str(value) for variable, value in given.items()}
 
+    def registry_credentials(self, job_id: str, node_index: int = 0) -> tuple[str, str]:
+        """The user name and password of the registry secret of the job's runtime (held in
+        memory only, while the job builds)."""
+        answer = self._json("GET", f"/v1/agent/jobs/{_seg(job_id)}/registry-credentials",
+                            params={"node_index": node_index})  # fmt: skip
+        return str(answer.get("username") or ""), str(answer.get("password") or "")
+
     def _download(self, path: str, destination: Path, what: str) -> None:
         """``transfer.fetch``: the redirect to the store followed without the token, resumed
         with ``Range``, kept only whole and verified."""

@@ -7,14 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from node_agent.accelerators import AcceleratorPool
-from node_agent.building import REGISTRY_VARIABLE
 from node_agent.images.cache import ImageCache
 from node_agent.images.ensure import ImageSettings, ensure_image
 from node_agent.images.pull import ImagePullFailed, RegistryCredentials
@@ -122,30 +119,26 @@ def test_a_plain_http_registry_the_node_does_not_allow_is_refused(
 # -- in the build of a job ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ImageJobSpec(JobSpec):
-    """The spec with the fields the server adds for images (``--runtime``)."""
+class PlaneWithRegistry(FakeControlPlane):
+    """A control plane that answers the registry login of the job's runtime."""
 
-    runtime_image: str | None = None
-    registry_secret: dict[str, Any] | None = None
-
-
-class PlaneWithSecrets(FakeControlPlane):
-    def __init__(self, secrets: dict[str, str]) -> None:
+    def __init__(self, credentials: str) -> None:
         super().__init__()
-        self.secrets = secrets
+        self.credentials = credentials
+        self.asked: list[tuple[str, int]] = []
 
-    def job_secrets(self, job_id: str, node_index: int = 0) -> dict[str, str]:
-        return dict(self.secrets)
+    def registry_credentials(self, job_id: str, node_index: int = 0) -> tuple[str, str]:
+        self.asked.append((job_id, node_index))
+        username, _, password = self.credentials.partition(":")
+        return username, password
 
 
-def build_in_image(tmp_path: Path, registry: Registry, image: str) -> PlaneWithSecrets:
+def build_in_image(tmp_path: Path, registry: Registry, image: str) -> PlaneWithRegistry:
     url, _ = repo_and_commit(tmp_path, "print('hi')\n")
-    plane = PlaneWithSecrets({REGISTRY_VARIABLE: registry.credentials})
-    spec = ImageJobSpec(repository_url=url, entry_point=("train.py",),
-                        secrets={REGISTRY_VARIABLE: "registry-login"},
-                        runtime_image=registry.reference(image),
-                        registry_secret={"name": "registry-login"})  # fmt: skip
+    plane = PlaneWithRegistry(registry.credentials)
+    spec = JobSpec(repository_url=url, entry_point=("train.py",),
+                   runtime_image=registry.reference(image), registry_secret="registry-login",
+                   registry_secret_owner="admin")  # fmt: skip
     supervisor = JobSupervisor(
         Assignment(job_id="job-1", name="img", status="building", spec=spec),
         client=plane,  # type: ignore[arg-type]
@@ -171,6 +164,7 @@ def test_a_job_naming_an_image_pulls_it_first_and_reports_its_digest_when_built(
     assert f"[build] image {registry.address}/test/img:1: pulled ({digest})" in log
     assert log.index("[build] Copying blob") < log.index("[build] cloning")
     assert registry.password not in log
+    assert plane.asked == [("job-1", 0)]  # the runtime's login, asked of the control plane
     cached = tmp_path / "agent" / "images" / digest.removeprefix("sha256:") / "rootfs"
     assert MARKER in (cached / "etc" / "os-release").read_text()
 
