@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.http.app import create_app
+from api.scheduling.scheduler import Scheduler
 from api.services import Services, build_services
 from api.settings import Settings
 from tests.support import node_headers, user_headers
@@ -74,3 +75,35 @@ def test_a_heartbeat_keeps_the_images_a_node_last_said_it_holds_until_it_leaves(
     left = api.client.post(f"/v1/agent/nodes/{node_id}/leave", headers=headers, json={})
     assert left.status_code == 200, left.text
     assert api.services.state.images() == {}
+
+
+def runtime(api: Api) -> None:
+    api.services.runtimes.create("trainer", IMAGE, None, by="root")
+
+
+def submitted(api: Api, name: str, **spec: Any) -> str:
+    answer = api.client.post("/v1/jobs", headers=api.alice, json={
+        "repository_url": "/nowhere", "entry_point": ["train.py"], "name": name, **spec})
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["id"])
+
+
+def node_of(api: Api, job_id: str) -> str:
+    api.services.projector.catch_up()
+    document = api.services.queries.job(job_id)
+    assert document is not None
+    return str(document["placements"][0]["node"])
+
+
+def test_the_scheduler_places_a_job_on_a_node_holding_its_image_and_others_as_before(
+    api: Api,
+) -> None:
+    runtime(api)
+    for name in ("gpu-a", "gpu-b"):
+        api.register(name)
+    api.beat("gpu-b", held((IMAGE, DIGEST)))
+    pulled = submitted(api, "pulled", runtime="trainer")
+    Scheduler(api.services.scheduling()).run_once()
+    plain = submitted(api, "plain")
+    Scheduler(api.services.scheduling()).run_once()
+    assert (node_of(api, pulled), node_of(api, plain)) == ("gpu-b", "gpu-a")
