@@ -54,9 +54,10 @@ class RuntimePublic(BaseModel):
     created_by: str
     created_at: str
     digest: str | None = None
-    """The digest (``sha256:...``) of the image the nodes pulled last; None until one did."""
+    """The digest (``sha256:...``) of the image the nodes hold (that of the node that said so
+    last, where they differ); None while none holds it."""
     nodes: list[str] = Field(default_factory=list)
-    """The nodes that hold the image pulled; empty until the agents report it."""
+    """The live nodes that hold the image (pulled), by name; empty while none does."""
 
 
 class RuntimesPublic(BaseModel):

@@ -68,6 +68,16 @@ class OperationalState:
                     (node_id, json.dumps(sorted(map(list, images))), moment.isoformat()),
                 )  # fmt: skip
 
+    def image_rows(self) -> list[tuple[str, str, str, str]]:
+        """Each image each node holds: ``(node_id, reference, digest, when the node said so)``,
+        the latest said first."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT node_id, images, updated_at FROM node_images "
+                           "ORDER BY updated_at DESC, node_id")  # fmt: skip
+            return [(str(row["node_id"]), str(ref), str(digest), str(row["updated_at"]))
+                    for row in cursor.fetchall()
+                    for ref, digest in json.loads(row["images"])]  # fmt: skip
+
     def images(self) -> dict[str, dict[str, str]]:
         """Per node, the images it holds: each one's digest by its reference."""
         with self.database.transaction() as cursor:

@@ -5,6 +5,7 @@ not yet says it is pulled there."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,30 @@ def test_the_scheduler_places_a_job_on_a_node_holding_its_image_and_others_as_be
     plain = submitted(api, "plain")
     Scheduler(api.services.scheduling()).run_once()
     assert (node_of(api, pulled), node_of(api, plain)) == ("gpu-b", "gpu-a")
+
+
+def test_the_runtimes_list_shows_the_digest_said_last_and_the_live_nodes_holding_it(
+    api: Api,
+) -> None:
+    runtime(api)
+    newer = DIGEST.replace("ab", "ef")
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        api.register(name)
+    api.beat("gpu-c", held(("registry.example.com/team/other:2", DIGEST)))
+
+    def listed() -> tuple[Any, Any]:
+        answer = api.client.get("/v1/runtimes", headers=api.alice)
+        assert answer.status_code == 200, answer.text
+        [trainer] = answer.json()["runtimes"]
+        return trainer["digest"], trainer["nodes"]
+
+    assert listed() == (None, [])
+    api.beat("gpu-b", held((IMAGE, DIGEST)))
+    time.sleep(0.01)  # the next says so later
+    api.beat("gpu-a", held(("registry.example.com/team/train:1", newer)))
+    assert listed() == (newer, ["gpu-a", "gpu-b"])
+    silent, _ = api.nodes["gpu-a"]
+    with api.services.database.transaction(write=True) as cursor:
+        cursor.execute("UPDATE node_heartbeats SET last_seen = ? WHERE node_id = ?",
+                       ("2000-01-01T00:00:00+00:00", silent))  # fmt: skip
+    assert listed() == (newer, ["gpu-b"])
