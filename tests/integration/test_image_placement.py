@@ -135,3 +135,24 @@ def test_the_runtimes_list_shows_the_digest_said_last_and_the_live_nodes_holding
         cursor.execute("UPDATE node_heartbeats SET last_seen = ? WHERE node_id = ?",
                        ("2000-01-01T00:00:00+00:00", silent))  # fmt: skip
     assert listed() == (newer, ["gpu-b"])
+
+
+def test_inspect_of_a_job_building_where_its_image_is_not_yet_says_it_is_pulled_there(
+    api: Api,
+) -> None:
+    runtime(api)
+    api.register("gpu-a")
+    submitted(api, "pulled", runtime="trainer")
+    Scheduler(api.services.scheduling()).run_once()
+    api.services.projector.catch_up()
+
+    def inspected() -> dict[str, Any]:
+        answer = api.client.get("/v1/jobs/pulled", headers=api.alice)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] == "building"
+        return dict(answer.json())
+
+    waiting = inspected()["waiting"]
+    assert waiting["reason"] == f"pulling the image {IMAGE} on node gpu-a"
+    api.beat("gpu-a", held((IMAGE, DIGEST)))
+    assert inspected().get("waiting") is None
