@@ -258,3 +258,17 @@ def check_image_ref(ref: Any) -> str:
     if not _IMAGE_REF.fullmatch(bare):
         raise Refusal(f"{quoted(ref)} is not an image reference: use {IMAGE_REF_RULE}")
     return IMAGE_TRANSPORT + bare
+
+
+def image_key(ref: str) -> str | None:
+    """The one spelling of an image reference by which the images nodes hold are matched with
+    jobs' and runtimes' (None: not an image reference): ``docker://`` written out, Docker
+    Hub's ``library/`` too, a pinned digest without its tag, else the tag (``latest`` when
+    none), as the agent's cache names it."""
+    match = _IMAGE_REF.fullmatch(ref.removeprefix(IMAGE_TRANSPORT))
+    if match is None:
+        return None
+    path = match["path"]
+    if match["host"] == "docker.io" and path.count("/") == 1:
+        path = "/library" + path
+    return IMAGE_TRANSPORT + match["host"] + path + (match["digest"] or match["tag"] or ":latest")

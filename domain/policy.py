@@ -51,6 +51,8 @@ class Queued:
     submitted: float
     """Epoch seconds."""
     waited_s: float = 0.0
+    image: str | None = None
+    """The image it runs in (its runtime's), if any: nodes that hold it are preferred."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ class _Round:
         """Ask :func:`choose_node` where ``job`` goes on the nodes as they are now; a Wait or
         Reject is kept for the jobs of the same shape until the nodes change."""
         decision = choose_node(job.accels, job.nodes, self.candidates, job.waited_s,
-                               self.patience_s)  # fmt: skip
+                               self.patience_s, job.image)  # fmt: skip
         if isinstance(decision, Assign):
             self._take(job, decision)
         else:
@@ -302,7 +304,8 @@ class _Round:
             held = min(self.held_on.get(node.node_id, 0), node.accels)
             asked = lined.get(node.node_id, 0) + self.placed_on.get(node.node_id, 0)
             self.capacity[node.node_id] = NodeCapacity(
-                node.node_id, node.name, node.accels, held + asked, node.alive, node.address, held
+                node.node_id, node.name, node.accels, held + asked, node.alive, node.address, held,
+                node.images,
             )
         self.candidates = list(self.capacity.values())
         self.known.clear()

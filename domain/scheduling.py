@@ -2,7 +2,9 @@
 
 Jobs are placed oldest first. A job goes to the live nodes big enough for it that will free
 their accelerators soonest (most free now, then fewest asked for by jobs already placed
-there), even when they are busy: it builds there meanwhile and waits ``enqueued`` in the
+there), even when they are busy; a job that names an image goes first to the nodes that hold
+it among those free for it now (else among all), the others in the same order (no pull to wait
+for, never a busy holder over a free node): it builds there meanwhile and waits ``enqueued`` in the
 node's line, first come, first served (:mod:`domain.allocation`). A node takes at most one
 node's worth of such jobs ahead of time (what jobs building or waiting there ask for stays
 within its accelerators), so that a burst of a thousand jobs is not a thousand builds at once:
@@ -27,6 +29,9 @@ class NodeCapacity:
     address: str | None = None
     held: int = 0
     """Of ``busy_accels``, those held by running jobs."""
+    images: frozenset[str] = frozenset()
+    """The references of the images the node holds (pulled), as :func:`choose_node`'s
+    ``image`` is spelled."""
 
     @property
     def free_accels(self) -> int:
@@ -40,7 +45,7 @@ class NodeCapacity:
     def taking(self, accels: int) -> NodeCapacity:
         """This node once a job asking for ``accels`` is placed on it."""
         return NodeCapacity(self.node_id, self.name, self.accels, self.busy_accels + accels,
-                            self.alive, self.address, self.held)  # fmt: skip
+                            self.alive, self.address, self.held, self.images)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,11 @@ def choose_node(
     candidates: Sequence[NodeCapacity],
     waited_s: float,
     patience_s: float,
+    image: str | None = None,
 ) -> Decision:
-    """Place a job asking for ``accels`` accelerators on each of ``nodes`` nodes.
+    """Place a job asking for ``accels`` accelerators on each of ``nodes`` nodes; of the nodes
+    it may go to, those holding ``image`` (the job's, if it names one) come first among those
+    with the accelerators free now.
 
     A request no set of registered nodes could ever meet is rejected at once; one that only
     offline nodes (or nodes not registered yet) could meet waits ``patience_s``, then is
@@ -101,6 +109,8 @@ def choose_node(
             return Wait(f"waits for its turn: the {_plural(len(live), 'live node')} big "
                         f"enough {lines} of jobs waiting to run", tuple(live))  # fmt: skip
         ranked = sorted(roomy, key=lambda node: (-node.free_accels, node.busy_accels, node.name))
+        if image is not None:  # of those free for it now (else of all), the holders first
+            ranked.sort(key=lambda node: (node.free_accels < accels, image not in node.images))
         return Assign(tuple(ranked[:nodes]))
     if waited_s < patience_s:
         wanted = f"{_plural(nodes, 'live node')} with {_plural(accels, 'accelerator')}"

@@ -70,6 +70,9 @@ class Agent:
         self._swept = False  # processes of jobs no longer listed were ended, at start
         self._shutdown = threading.Event()
         self._etag = ""  # of the last assignments answer: the next poll waits for a change
+        self._images_told: list[tuple[str, str]] | None = None
+        """The images the control plane was last told this node holds (None: not since the
+        node registered): a heartbeat carries the list only when it differs."""
         self.displaced_by: NodeTaken | None = None
         """Set when another agent took this node over: the agent then stops."""
         client.when_node_taken(self._give_up_the_node)
@@ -78,6 +81,7 @@ class Agent:
 
     def register(self, retry_for: float | None = None) -> str:
         settings = self.settings
+        self._images_told = None  # the next heartbeat tells them
         self.node_id = self.client.register(
             settings.name,
             settings.accels,
@@ -166,11 +170,19 @@ class Agent:
     # -- periodic tasks ------------------------------------------------------------------
 
     def heartbeat(self) -> None:
+        """Tell the control plane the node is alive and, when they changed since it was last
+        told (or the node registered again), which images its cache holds: a beat is then a
+        few bytes, and the scheduler still learns of a pull within one beat."""
+        supervisor = self.settings.supervisor
+        images = supervisor.images.cache(supervisor.work_dir).held()
+        changed = images if images != self._images_told else None
         try:
-            self.client.heartbeat(self.node_id)
+            self.client.heartbeat(self.node_id, images=changed)
         except ApiError as error:
             self._register_again_if_unknown(error)
             raise
+        if changed is not None:
+            self._images_told = changed
 
     def poll_once(self) -> bool:
         """Ask for this node's jobs, waiting on the control plane for a change since the last

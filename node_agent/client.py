@@ -25,7 +25,7 @@ import httpx
 
 from common import transfer
 from common.attempts import attempt_query
-from common.contract import AGENT_ID_HEADER
+from common.contract import AGENT_ID_HEADER, IMAGE_TRANSPORT
 from common.tls import ca_file as tls_ca_file
 from common.tls import check_url, client_context, describe_failure
 from node_agent.api_errors import ApiError, ApiUnavailable, ArtifactAltered, NodeTaken, slug
@@ -142,8 +142,14 @@ class ControlPlaneClient:
         answer = self._json("POST", "/v1/agent/nodes", json=body, retry_for=retry_for)
         return str(answer["node_id"])
 
-    def heartbeat(self, node_id: str) -> None:
-        self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/heartbeat", json={}, retry_for=1.0)
+    def heartbeat(self, node_id: str, images: list[tuple[str, str]] | None = None) -> None:
+        """``images``: the ``(reference, digest)`` of each image the node holds, or None when
+        they are as last told."""
+        body = {} if images is None else {"images": [
+            {"reference": IMAGE_TRANSPORT + ref, "digest": digest} for ref, digest in images
+        ]}  # fmt: skip
+        self._json("POST", f"/v1/agent/nodes/{_seg(node_id)}/heartbeat", json=body,
+                   retry_for=1.0)  # fmt: skip
 
     def leave(self, node_id: str) -> int:
         """Tell the control plane this node's agent stops, its jobs' processes ended: their

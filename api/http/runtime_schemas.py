@@ -9,7 +9,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 import domain.values as values
 from api.http.schemas import bounded
-from common.contract import IMAGE_REF_RULE, RUNTIME_RULE, Refusal, check_image_ref
+from common.contract import (
+    IMAGE_REF_RULE,
+    MAX_IMAGE_REF,
+    RUNTIME_RULE,
+    Refusal,
+    check_image_ref,
+)
 
 
 def _image(ref: str) -> str:
@@ -48,9 +54,10 @@ class RuntimePublic(BaseModel):
     created_by: str
     created_at: str
     digest: str | None = None
-    """The digest (``sha256:...``) of the image the nodes pulled last; None until one did."""
+    """The digest (``sha256:...``) of the image the nodes hold (that of the node that said so
+    last, where they differ); None while none holds it."""
     nodes: list[str] = Field(default_factory=list)
-    """The nodes that hold the image pulled; empty until the agents report it."""
+    """The live nodes that hold the image (pulled), by name; empty while none does."""
 
 
 class RuntimesPublic(BaseModel):
@@ -61,6 +68,23 @@ class RuntimesPublic(BaseModel):
 class RuntimeDeleted(BaseModel):
     name: str
     deleted_at: str
+
+
+MAX_HELD_IMAGES = 10_000
+
+
+class HeldImage(BaseModel):
+    reference: str = Field(max_length=MAX_IMAGE_REF, description=IMAGE_REF_RULE)
+    digest: str = Field(max_length=71, description="sha256:HEX, the image's manifest's")
+
+
+class NodeHeartbeat(BaseModel):
+    """A node's heartbeat: it is alive, and (when that changed) which images it holds."""
+
+    images: list[HeldImage] | None = Field(
+        default=None, max_length=MAX_HELD_IMAGES,
+        description="every image the node's cache holds; absent: as it last said",
+    )  # fmt: skip
 
 
 class RegistryCredentials(BaseModel):

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from api.scheduling.fleet import Static
 from api.scheduling.reasons import scheduling_wait
 from domain.policy import Plan, Queued
 from domain.scheduling import Wait
@@ -86,7 +87,7 @@ class Arrivals:
 
     def explain(
         self, changed: set[str] | None, rows: Mapping[str, dict[str, Any]],
-        static: Mapping[str, tuple[str, int, bool]], quotas: Mapping[str, int],
+        static: Mapping[str, Static], quotas: Mapping[str, int],
     ) -> dict[str, dict[str, Any]] | None:  # fmt: skip
         """The explanations of the jobs that joined the line since (``changed``: the jobs the
         line read again; None: it read every one), or None when the round must plan."""

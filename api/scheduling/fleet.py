@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from common.contract import image_key
 from common.job_spec import JobSpec
 from domain.policy import HALF_LIFE_S, Lined, Queued, Running, decayed_usage
 from domain.statuses import Status
@@ -26,6 +27,8 @@ USAGE_WINDOW_HALF_LIVES = 10
 """Runs that ended longer ago than this many half-lives weigh under a thousandth: not read."""
 HOLDS = frozenset({Status.IN_PROGRESS.value, Status.STOP_IN_PROGRESS.value})
 LINED_SINCE = ("Enqueued", "Preempted", "NodeAssigned")
+Static = tuple[str, int, bool, str | None]
+"""What never changes of a job: owner, priority rank, preemptible, image (``image_key``)."""
 """The events after which a job on a node waits for its accelerators."""
 
 
@@ -40,21 +43,23 @@ class Fleet:
     def __init__(self, queries: Queries, quotas: Callable[[], dict[str, int]],
                  preempt_after_s: float | None) -> None:  # fmt: skip
         self.queries, self.preempt_after_s, self._quotas = queries, preempt_after_s, quotas
-        self._static: dict[str, tuple[str, int, bool]] = {}
-        """job id -> (owner, priority rank, preemptible): they never change."""
+        self._static: dict[str, Static] = {}
+        """job id -> (owner, priority rank, preemptible, image): they never change."""
         self._usage: tuple[float, dict[str, float]] = (0.0, {})
         self._queued: dict[str, tuple[Any, ...]] = {}
-        """job id -> (its row, owner, accels, nodes, rank, submitted, waiting since): what
+        """job id -> (its row, owner, accels, nodes, rank, submitted, waiting since, image): what
         :meth:`queue` read from the row, by the row object it read it from."""
         self.documents: dict[str, dict[str, Any]] = {}
         """This round's documents of the jobs on nodes, by id."""
 
-    def static(self, job_ids: list[str]) -> dict[str, tuple[str, int, bool]]:
+    def static(self, job_ids: list[str]) -> dict[str, Static]:
         unknown = [job_id for job_id in job_ids if job_id not in self._static]
         for start in range(0, len(unknown), 500):
             for job_id, document in self.queries.jobs(unknown[start:start + 500]).items():
                 spec = JobSpec.from_dict(document["spec"])
-                self._static[job_id] = (document["owner"], spec.rank, spec.may_be_preempted)
+                image = image_key(spec.runtime_image) if spec.runtime_image else None
+                self._static[job_id] = (document["owner"], spec.rank, spec.may_be_preempted,
+                                        image)  # fmt: skip
         return self._static
 
     def forget(self, keep: set[str]) -> None:
@@ -74,15 +79,15 @@ class Fleet:
             if facts is not None:  # else its document is not in the views yet: the next round
                 kept[row["id"]] = (row, facts[0], int(row["accels"]), int(row["nodes"]),
                                    facts[1], _epoch(row["created_at"]),
-                                   _epoch(row["updated_at"]))  # fmt: skip
+                                   _epoch(row["updated_at"]), facts[3])  # fmt: skip
         queued = []
         for row in rows:
             entry = kept.get(row["id"])
             if entry is not None and entry[0] is row:
-                _, owner, accels, nodes, rank, submitted, since = entry
+                _, owner, accels, nodes, rank, submitted, since, image = entry
                 self._queued[row["id"]] = entry
                 queued.append(Queued(row["id"], owner, accels, nodes, rank, submitted,
-                                     max(now - since, 0.0)))  # fmt: skip
+                                     max(now - since, 0.0), image))  # fmt: skip
         return queued
 
     def on_nodes(self, now: float) -> tuple[list[Lined], list[Running], dict[str, int]]:
@@ -108,7 +113,7 @@ class Fleet:
         running: list[Running] = []
         held: dict[str, int] = defaultdict(int)
         for job_id, placements in known.items():
-            owner, rank, may_preempt = static[job_id]
+            owner, rank, may_preempt, _ = static[job_id]
             accels, status = int(placements[0]["accels"]), placements[0]["status"]
             node_ids = tuple(str(row["node_id"]) for row in placements)
             held[owner] += accels * len(node_ids)

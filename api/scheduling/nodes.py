@@ -1,7 +1,10 @@
-"""Operational state beside the ledger: node heartbeats, and which agent holds each node."""
+"""Operational state beside the ledger: node heartbeats, which agent holds each node, and which
+images each node's cache holds (as its agent last told, in a heartbeat)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -13,6 +16,8 @@ SCHEMA = [
         node_id TEXT PRIMARY KEY, last_seen TEXT NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS node_holders (
         node_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, since TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS node_images (
+        node_id TEXT PRIMARY KEY, images TEXT NOT NULL, updated_at TEXT NOT NULL)""",
 ]
 
 
@@ -49,9 +54,37 @@ class OperationalState:
         with database.transaction(write=True) as cursor:
             create_schema(cursor, SCHEMA)
 
-    def heartbeat(self, node_id: str) -> None:
+    def heartbeat(self, node_id: str, images: Sequence[tuple[str, str]] | None = None) -> None:
+        """The node is alive; ``images``: the ``(reference, digest)`` of each image it holds
+        now (None: as it last said)."""
+        moment = now()
         with self.database.transaction(write=True) as cursor:
-            self._beat(cursor, node_id, now())
+            self._beat(cursor, node_id, moment)
+            if images is not None:
+                cursor.execute(
+                    "INSERT INTO node_images (node_id, images, updated_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (node_id) DO UPDATE SET images = excluded.images, "
+                    "updated_at = excluded.updated_at",
+                    (node_id, json.dumps(sorted(map(list, images))), moment.isoformat()),
+                )  # fmt: skip
+
+    def image_rows(self) -> list[tuple[str, str, str, str]]:
+        """Each image each node holds: ``(node_id, reference, digest, when the node said so)``,
+        the latest said first."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT node_id, images, updated_at FROM node_images "
+                           "ORDER BY updated_at DESC, node_id")  # fmt: skip
+            return [(str(row["node_id"]), str(ref), str(digest), str(row["updated_at"]))
+                    for row in cursor.fetchall()
+                    for ref, digest in json.loads(row["images"])]  # fmt: skip
+
+    def images(self) -> dict[str, dict[str, str]]:
+        """Per node, the images it holds: each one's digest by its reference."""
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT node_id, images FROM node_images")
+            return {str(row["node_id"]): {str(ref): str(digest)
+                                          for ref, digest in json.loads(row["images"])}
+                    for row in cursor.fetchall()}  # fmt: skip
 
     @staticmethod
     def _beat(cursor: Cursor, node_id: str, moment: datetime) -> None:
@@ -90,6 +123,7 @@ class OperationalState:
             cursor.execute("DELETE FROM node_holders WHERE node_id = ? AND agent_id = ?",
                            (node_id, agent_id))  # fmt: skip
             cursor.execute("DELETE FROM node_heartbeats WHERE node_id = ?", (node_id,))
+            cursor.execute("DELETE FROM node_images WHERE node_id = ?", (node_id,))
 
     def holder(self, node_id: str) -> Holder | None:
         with self.database.transaction() as cursor:

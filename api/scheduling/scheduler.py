@@ -215,17 +215,18 @@ class Scheduler:
         static = self.fleet.static([row["id"] for row in pending]) if fast else {}
         quotas = quotas if fast else {}
         held = dict(self._held)
-        pending.sort(key=lambda row: -static.get(row["id"], ("", 1, False))[1])
+        pending.sort(key=lambda row: -static.get(row["id"], ("", 1, False, None))[1])
         saves: list[Command] = []
         for row in pending:
             job_id = UUID(row["id"])
             decision = None
-            owner = static.get(row["id"], (row["owner"], 1, False))[0]
+            owner, _, _, image = static.get(row["id"], (row["owner"], 1, False, None))
             cost = int(row["accels"]) * int(row["nodes"])
             within = owner not in quotas or held.get(owner, 0) + cost <= quotas[owner]
             if fast and within:
                 decision = choose_node(row["accels"], row["nodes"], list(capacity.values()),
-                                       0.0, parts.settings.scheduling_patience_s)  # fmt: skip
+                                       0.0, parts.settings.scheduling_patience_s,
+                                       image)  # fmt: skip
             if isinstance(decision, Assign):
                 held[owner] = held.get(owner, 0) + cost
                 saves.append(self._assign(parts.jobs.schedule_onto, job_id, row, decision,
@@ -263,7 +264,7 @@ class Scheduler:
 
     def _capacity(self, live: frozenset[str]) -> dict[str, NodeCapacity]:
         parts = self.parts
-        load = parts.queries.node_load()
+        load, images = parts.queries.node_load(), parts.state.images()
         capacity = {}
         for row in parts.queries.nodes():
             if parts.settings.require_isolation and not sandboxes(row):
@@ -272,7 +273,7 @@ class Scheduler:
             capacity[row["id"]] = NodeCapacity(
                 node_id=row["id"], name=row["name"], accels=int(row["accels"]),
                 busy_accels=held + queued, alive=row["id"] in live, address=row["address"],
-                held=held,
+                held=held, images=frozenset(images.get(row["id"], ())),
             )  # fmt: skip
         return capacity
 
@@ -280,7 +281,7 @@ class Scheduler:
 
     def _line_rank(self, job_id: str) -> int:
         """A job's priority rank, as its place in every node's line begins with it."""
-        return self.fleet.static([job_id]).get(job_id, ("", 1, False))[1]
+        return self.fleet.static([job_id]).get(job_id, ("", 1, False, None))[1]
 
     def _explain_enqueued(self, capacity: dict[str, NodeCapacity]) -> dict[str, dict[str, Any]]:
         parts = self.parts

@@ -119,6 +119,24 @@ class ImageCache:
             entries[digest] = Entry(disk_usage(folder), folder.stat().st_mtime, "?")
         return entries
 
+    def held(self) -> list[tuple[str, str]]:
+        """Each whole image here as ``(reference, digest)``, sorted, read from the index without
+        its lock (it is replaced whole, never written in place), so a pull is never held up:
+        what the heartbeat tells the control plane. An image the index lost the reference of
+        is left out."""
+        try:
+            raw = json.loads((self.root / "index.json").read_text())
+            present = {p.name for p in self.root.iterdir() if not p.name.startswith(".")}
+        except (OSError, ValueError):
+            return []
+        if not isinstance(raw, dict):
+            return []
+        return sorted(
+            (str(fields["reference"]), digest) for digest, fields in raw.items()
+            if isinstance(fields, dict) and fields.get("reference", "?") != "?"
+            and _hex(digest) in present
+        )  # fmt: skip
+
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used images until the cache fits; returns their digests.
         An image being pulled or held by a job stays, as does ``keep``."""

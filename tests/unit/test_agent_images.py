@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from node_agent.images.cache import ImageCache
+from node_agent.build.filelock import FileLock
+from node_agent.images.cache import ImageCache, remove
 from node_agent.images.ensure import parse_size
 from node_agent.images.flags import add_flags, image_settings
 from node_agent.images.pull import RegistryCredentials, classify, skopeo_for, unpack_argv
@@ -237,3 +238,16 @@ def test_a_pull_stopped_midway_leaves_nothing_in_the_cache(tmp_path: Path) -> No
     assert cache.ensure(digest(6), "r/6", lambda staging: False, threading.Event()) is None
     assert not cache.folder(digest(6)).exists()
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".staging")] == []
+
+
+def test_the_images_held_are_read_from_the_index_without_those_gone_or_of_unknown_reference(
+    tmp_path: Path,
+) -> None:
+    cache, calls = ImageCache(tmp_path, 10 * 2**20), []
+    assert cache.held() == []
+    for n in (2, 1, 3):
+        cache.ensure(digest(n), f"r.io/{n}:x", filler(10, calls), threading.Event())
+    (tmp_path / f"{9:064x}").mkdir()  # a folder the index lost: its reference is unknown
+    remove(cache.folder(digest(3)))  # removed, the index not yet rewritten
+    with cache.hold(digest(1)), FileLock(tmp_path / ".locks" / "index.lock", threading.Event()):
+        assert cache.held() == [("r.io/1:x", digest(1)), ("r.io/2:x", digest(2))]

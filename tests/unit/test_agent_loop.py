@@ -61,13 +61,14 @@ class FakeClient:
         self.etag = ""
         self.asked_since: list[str | None] = []
         self.left: list[str] = []
+        self.beats: list[list[tuple[str, str]] | None] = []
 
     def register(self, name: str, accels: int, accel_type: str, **_: Any) -> str:
         self.registrations += 1
         return f"node-{self.registrations}"
 
-    def heartbeat(self, node_id: str) -> None:
-        pass
+    def heartbeat(self, node_id: str, images: list[tuple[str, str]] | None = None) -> None:
+        self.beats.append(images)
 
     def leave(self, node_id: str) -> int:
         self.left.append(node_id)
@@ -281,3 +282,24 @@ def test_the_poll_loop_outlives_its_errors_and_stops_on_shutdown(
     assert client.polls >= 3
     assert not loop.is_alive()
     assert client.left == [agent.node_id]  # it said it left, once its jobs' processes ended
+
+
+def test_a_heartbeat_tells_the_images_held_only_when_they_changed_or_after_registering(
+    agent: Agent, client: FakeClient, tmp_path: Path
+) -> None:
+    cache = agent.settings.supervisor.images.cache(tmp_path)
+
+    def pulled(n: int) -> None:
+        fill = lambda staging: (staging / "rootfs").mkdir() is None  # noqa: E731
+        cache.ensure(f"sha256:{n:064x}", f"r.io/a:{n}", fill, threading.Event())
+
+    agent.heartbeat()
+    pulled(1)
+    agent.heartbeat()
+    agent.heartbeat()
+    pulled(2)
+    agent.heartbeat()
+    agent.register()
+    agent.heartbeat()
+    one, two = ("r.io/a:1", f"sha256:{1:064x}"), ("r.io/a:2", f"sha256:{2:064x}")
+    assert client.beats == [[], [one], None, [one, two], [one, two]]

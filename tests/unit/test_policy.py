@@ -396,3 +396,13 @@ def test_decayed_usage_of_a_finished_job_halves_each_half_life_and_is_the_integr
                   for k in range(steps)) * width / HOUR  # fmt: skip
     assert first == pytest.approx(numeric, rel=1e-5, abs=1e-12)
     assert not math.isnan(first)
+
+
+def test_a_job_with_an_image_is_planned_onto_its_holder_and_one_without_is_not() -> None:
+    image = "docker://registry.example.com/team/train:1"
+    holder = NodeCapacity("holder", "holder", 8, busy_accels=4, alive=True, held=4,
+                          images=frozenset({image}))  # fmt: skip
+    with_image = Queued("pulls", "alice", 2, 1, NORMAL, 1.0, image=image)
+    decided = run_plan([with_image, queued("plain", submitted=2.0)], [node("free"), holder])
+    chosen = [decided.decisions[job] for job in ("pulls", "plain")]
+    assert [d.node_name if isinstance(d, Assign) else d for d in chosen] == ["holder", "free"]

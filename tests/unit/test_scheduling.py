@@ -140,3 +140,36 @@ def test_a_job_that_fits_the_live_fleet_is_placed_never_rejected_on_distinct_big
         assert isinstance(decision, Wait)
     else:
         assert isinstance(decision, Reject) and decision.code == "no_node_available"
+
+
+IMAGE = "docker://registry.example.com/team/train:1"
+
+
+def holding(base: NodeCapacity, *images: str) -> NodeCapacity:
+    return NodeCapacity(base.node_id, base.name, base.accels, base.busy_accels, base.alive,
+                        held=base.held, images=frozenset(images))  # fmt: skip
+
+
+def test_a_job_with_an_image_goes_to_a_node_that_holds_it_when_both_fit() -> None:
+    fleet = [node("freest", 8), holding(node("holder", 8, busy=4), IMAGE)]
+    assert placed(choose_node(2, 1, fleet, 0.0, PATIENCE_S, IMAGE)) == ["holder"]
+    assert placed(choose_node(2, 1, fleet, 0.0, PATIENCE_S)) == ["freest"]
+    assert placed(choose_node(2, 1, fleet, 0.0, PATIENCE_S, IMAGE + "x")) == ["freest"]
+    both = [*fleet, node("second", 8, busy=1)]
+    assert placed(choose_node(2, 2, both, 0.0, PATIENCE_S, IMAGE)) == ["holder", "freest"]
+
+
+def test_a_holder_with_no_room_now_does_not_beat_a_node_that_can_start_the_job() -> None:
+    fleet = [holding(node("busy-holder", 8, busy=7), IMAGE), node("free", 8, busy=2)]
+    assert placed(choose_node(4, 1, fleet, 0.0, PATIENCE_S, IMAGE)) == ["free"]
+    busy = [holding(node("busy-holder", 8, busy=7), IMAGE), node("busier", 8, busy=6)]
+    assert placed(choose_node(4, 1, busy, 0.0, PATIENCE_S, IMAGE)) == ["busy-holder"]
+
+
+@given(fleet=fleets, accels=st.integers(1, 16), nodes=st.integers(1, 4))
+def test_a_job_whose_image_no_node_holds_is_placed_as_one_with_none(
+    fleet: list[NodeCapacity], accels: int, nodes: int
+) -> None:
+    held = [holding(n, "docker://r.io/other:1") for n in fleet]
+    assert choose_node(accels, nodes, held, 0.0, PATIENCE_S, IMAGE) == \
+        choose_node(accels, nodes, held, 0.0, PATIENCE_S)  # fmt: skip

@@ -16,6 +16,7 @@ from api.http.attempts import AgentAttempt
 from api.http.deps import CurrentNode, LedgerWritable, ServicesDep
 from api.http.downloads import ANSWERS, artifact_answer
 from api.http.problems import Problem
+from api.http.runtime_schemas import NodeHeartbeat
 from api.http.schemas import (
     AGENT_ID_PATTERN,
     BYTES_BODY,
@@ -32,7 +33,7 @@ from api.scheduling.assignments import MAX_WAIT_S, etag_of
 from api.scheduling.deadlines import move_jobs_off
 from api.services import Services
 from common.attempts import FIRST, attempt_key, current_attempt
-from common.contract import AGENT_ID_HEADER
+from common.contract import AGENT_ID_HEADER, IMAGE_DIGEST, image_key
 from common.job_spec import JobSpec
 from domain.node import Node
 from domain.statuses import Status
@@ -140,11 +141,17 @@ def register_node(body: NodeRegister, services: ServicesDep, node: CurrentNode) 
 
 @router.post("/nodes/{node_id}/heartbeat")
 def heartbeat(
-    node_id: str, agent_id: AgentId, services: ServicesDep, node: CurrentNode
-) -> dict[str, bool]:
-    """Tell the control plane the node is alive."""
+    node_id: str, agent_id: AgentId, services: ServicesDep, node: CurrentNode,
+    body: NodeHeartbeat | None = None,
+) -> dict[str, bool]:  # fmt: skip
+    """Tell the control plane the node is alive and, when that changed, which images it
+    holds (one the server cannot read is left out, never refused: the node stays alive)."""
     _require_holder(services, node_id, agent_id, node)
-    services.state.heartbeat(node_id)
+    images = None if body is None or body.images is None else [
+        (key, held.digest) for held in body.images
+        if (key := image_key(held.reference)) and IMAGE_DIGEST.fullmatch(held.digest)
+    ]  # fmt: skip
+    services.state.heartbeat(node_id, images)
     return {"ok": True}
 
 

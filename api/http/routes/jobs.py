@@ -40,7 +40,8 @@ from api.http.streaming import FollowingResponse
 from api.http.submission_schemas import JobSubmissions, SubmissionResults
 from api.job_specs import JobSpecs
 from api.services import Services
-from common.contract import ATTEMPT_HEADER, MAX_PAGE, NODES_HEADER
+from common.contract import ATTEMPT_HEADER, MAX_PAGE, NODES_HEADER, image_key
+from common.job_spec import JobSpec
 from domain.actors import user
 from domain.statuses import Status
 from domain.values import BIGINT_MAX, MAX_NODES
@@ -169,7 +170,25 @@ def inspect_job(name: str, services: ServicesDep, owner: JobOwner, me: CurrentUs
                 document["id"]
             )
         document["waiting"] = waiting
+    elif document["status"] == Status.BUILDING.value:
+        document["waiting"] = pulling(services, document)
     return answer(job_public(document))
+
+
+def pulling(services: Services, document: dict[str, Any]) -> dict[str, Any] | None:
+    """While a job that names an image builds on nodes that do not hold it yet (as their
+    heartbeats say), that it waits for the pull there."""
+    spec = JobSpec.from_dict(document.get("spec") or {})
+    image = spec.runtime_image
+    if image is None:
+        return None
+    held, key = services.state.images(), image_key(image)
+    pulling_on = [placement["node"] for placement in document.get("placements") or []
+                  if key not in held.get(placement["node_id"], {})]  # fmt: skip
+    if not pulling_on:
+        return None
+    return {"reason": f"pulling the image {image} on node {', '.join(pulling_on)}",
+            "asked": {"accels": spec.accels, "nodes": spec.nodes}}
 
 
 @router.post("/{name}/stop", status_code=202, dependencies=[Depends(LedgerWritable)])

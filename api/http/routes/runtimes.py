@@ -27,7 +27,7 @@ from api.http.runtime_schemas import (
 from api.identity.secrets import SecretUnreadable
 from api.runtimes import Runtime, RuntimeExists
 from api.services import Services
-from common.contract import RUNTIME_RULE
+from common.contract import RUNTIME_RULE, image_key
 from common.job_spec import JobSpec
 from domain.statuses import Status
 from domain.values import check_runtime_name
@@ -37,14 +37,31 @@ RuntimeNamePath = Annotated[str, Path(description=RUNTIME_RULE)]
 MAKE_ONE = "an admin makes one with `flexai admin runtime create NAME --image REF`"
 
 
-def _public(runtime: Runtime) -> RuntimePublic:
-    return RuntimePublic(**asdict(runtime))
+def _public(runtime: Runtime, held: dict[str, tuple[str, list[str]]] | None = None
+            ) -> RuntimePublic:  # fmt: skip
+    digest, nodes = (held or {}).get(image_key(runtime.image) or runtime.image, (None, []))
+    return RuntimePublic(**asdict(runtime), digest=digest, nodes=nodes)
+
+
+def held_images(services: Services) -> dict[str, tuple[str, list[str]]]:
+    """Per image reference the nodes said they hold: its digest (as the node that said so
+    last holds it) and the names of the live nodes holding it, sorted."""
+    live = services.state.live_nodes(services.settings.node_timeout_s)
+    names = {str(row["id"]): str(row["name"]) for row in services.queries.nodes()}
+    held: dict[str, tuple[str, list[str]]] = {}
+    for node_id, reference, digest, _ in services.state.image_rows():  # the latest first
+        _, nodes = held.setdefault(reference, (digest, []))
+        if node_id in live and node_id in names:
+            nodes.append(names[node_id])
+    return {reference: (digest, sorted(nodes)) for reference, (digest, nodes) in held.items()}
 
 
 @router.get("/runtimes")
 def list_runtimes(services: ServicesDep, _: CurrentUser) -> RuntimesPublic:
-    """The runtimes jobs may name with ``--runtime``, by name: each one's image."""
-    listed = [_public(runtime) for runtime in services.runtimes.listed()]
+    """The runtimes jobs may name with ``--runtime``, by name: each one's image, the digest
+    the nodes hold of it (the latest said, where they differ) and the live nodes holding it."""
+    held = held_images(services)
+    listed = [_public(runtime, held) for runtime in services.runtimes.listed()]
     return RuntimesPublic(runtimes=listed, count=len(listed))
 
 
